@@ -1,0 +1,95 @@
+"""Naming and classifying fx nodes the same way whether captured by torch.export (ATen) or fx tracing."""
+
+from __future__ import annotations
+
+import operator
+
+import torch
+import torch.fx
+
+#: fx-traced modules -> the ATen op name the export path would show
+_MODULE_OPS = {
+    "Conv1d": "conv1d", "Conv2d": "conv2d", "Conv3d": "conv3d", "Linear": "linear",
+    "BatchNorm1d": "batch_norm", "BatchNorm2d": "batch_norm", "LayerNorm": "layer_norm",
+    "ReLU": "relu", "ReLU6": "hardtanh", "GELU": "gelu", "SiLU": "silu", "Sigmoid": "sigmoid", "Tanh": "tanh",
+    "MaxPool2d": "max_pool2d", "AvgPool2d": "avg_pool2d", "AdaptiveAvgPool2d": "adaptive_avg_pool2d",
+    "Dropout": "dropout", "Flatten": "flatten", "Embedding": "embedding", "Softmax": "softmax",
+    "Identity": "alias",
+}  # fmt: skip
+
+CONV = {"conv1d", "conv2d", "conv3d", "convolution", "_convolution", "_convolution_pointwise"}
+MATMUL = {"linear", "addmm", "mm", "bmm", "matmul", "baddbmm", "_linear_pointwise", "einsum"}
+POOL = {
+    "max_pool2d",
+    "avg_pool2d",
+    "max_pool2d_with_indices",
+    "adaptive_avg_pool2d",
+    "max_pool1d",
+    "avg_pool1d",
+}
+REDUCTION = {
+    "batch_norm", "_native_batch_norm_legit_no_training", "layer_norm", "native_layer_norm", "group_norm",
+    "softmax", "_softmax", "log_softmax", "_log_softmax", "mean", "sum", "amax", "var_mean", "norm",
+}  # fmt: skip
+VIEW = {
+    "view", "_unsafe_view", "reshape", "permute", "transpose", "t", "flatten", "expand", "unsqueeze",
+    "squeeze", "slice", "select", "alias", "detach", "contiguous", "split", "unbind", "chunk",
+    "split_with_sizes", "size", "dropout", "clone", "to", "_to_copy", "getattr",
+}  # fmt: skip
+#: nodes that do no work and are merged into their producer when building the DAG
+TRANSPARENT = {"getitem"}
+
+
+def op_name(node: torch.fx.Node, gm: torch.fx.GraphModule | None = None) -> str:
+    """Short op name: 'conv2d', 'relu', 'getitem', ... for any call node; the node op otherwise."""
+    if node.op == "call_function":
+        target = node.target
+        if target is operator.getitem:
+            return "getitem"
+        packet = getattr(target, "_overloadpacket", None)
+        if packet is not None:
+            return packet.__name__
+        return getattr(target, "__name__", str(target))
+    if node.op == "call_module" and gm is not None:
+        mod = gm.get_submodule(str(node.target))
+        return _MODULE_OPS.get(type(mod).__name__, type(mod).__name__)
+    if node.op == "call_method":
+        return str(node.target)
+    return node.op
+
+
+def op_kind(name: str) -> str:
+    if name in CONV:
+        return "conv"
+    if name in MATMUL:
+        return "matmul"
+    if name in POOL:
+        return "pool"
+    if name in REDUCTION:
+        return "reduction"
+    if name in VIEW or name in TRANSPARENT:
+        return "view"
+    return "elementwise"
+
+
+def is_compute(node: torch.fx.Node) -> bool:
+    """Nodes that run an op (not inputs, weights or the output)."""
+    return node.op in ("call_function", "call_module", "call_method")
+
+
+def module_of(node: torch.fx.Node, gm: torch.fx.GraphModule | None) -> torch.nn.Module | None:
+    if node.op == "call_module" and gm is not None:
+        return gm.get_submodule(str(node.target))
+    return None
+
+
+def weight_tensor(node: torch.fx.Node, gm: torch.fx.GraphModule | None) -> torch.Size | None:
+    """Shape of a conv/linear weight, whether it is an argument (ATen) or a module attribute (fx)."""
+    mod = module_of(node, gm)
+    if mod is not None:
+        w = getattr(mod, "weight", None)
+        return w.shape if isinstance(w, torch.Tensor) else None
+    if len(node.args) > 1 and isinstance(node.args[1], torch.fx.Node):
+        val = node.args[1].meta.get("val", node.args[1].meta.get("tensor_meta"))
+        return getattr(val, "shape", None)
+    return None

@@ -1,0 +1,202 @@
+"""``pathweave bench``: build every candidate, check it against eager, time all of them interleaved.
+
+Protocol (../shared/BENCHMARKS.md): build all, check outputs (max abs / rel diff; beyond tolerance
+the candidate is WRONG and not timed), warm up, then R rounds each running every candidate once in a
+rotating order; the median per candidate is reported with its speed-up over eager and its ratio to
+the best peer.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+
+from ..capture import capture
+from ..execute import SequentialExecutor
+from ..machine import describe
+from ..report.progress import Progress
+from ..zoo.load import load_model
+from .candidate import Candidate, Skip, flatten_outputs
+from .peers import PEERS, peer_names
+
+#: a candidate is WRONG when any output differs from eager by more than RTOL * |eager| + ATOL * scale,
+#: scale being the largest magnitude of that eager output (fused kernels reorder float sums)
+RTOL, ATOL = 1e-3, 1e-3
+WARMUP = 3
+
+
+@dataclass
+class Result:
+    name: str
+    kind: str
+    status: str  # "ok" | "WRONG" | "skipped" | "failed"
+    median_ms: float | None = None
+    max_abs_diff: float | None = None
+    max_rel_diff: float | None = None
+    note: str = ""
+    threads: int | None = None
+    times_ms: list[float] = field(default_factory=list, repr=False)
+
+
+@dataclass
+class BenchReport:
+    model: str
+    machine: dict
+    settings: dict
+    candidates: list[Result]
+
+    def to_dict(self) -> dict:
+        return {
+            "model": self.model,
+            "machine": self.machine,
+            "settings": self.settings,
+            "candidates": [asdict(c) for c in self.candidates],
+        }
+
+
+def pathweave_builders(device: str) -> dict[str, Callable[..., Candidate]]:
+    """The pathweave strategies that exist today, as bench candidates."""
+
+    def sequential(captured: Any, threads: int) -> Candidate:
+        ex = SequentialExecutor(captured, device=device)
+        flat = [t.to(device) for t in captured.example_inputs]
+        passes = ", ".join(f"{p.name}:{p.rewrites}" for p in ex.passes) or "no rewrites"
+        return Candidate("pathweave:sequential", "pathweave", lambda: ex.run_flat(flat), threads, note=passes)
+
+    return {"pathweave:sequential": sequential}
+
+
+def run_bench(
+    spec: str,
+    candidates: list[str] | None = None,
+    rounds: int = 20,
+    threads: int | None = None,
+    device: str = "cpu",
+    batch: int = 1,
+    progress: bool = True,
+) -> BenchReport:
+    threads = threads or os.cpu_count() or 1
+    torch.set_num_threads(threads)
+    load_before = _loadavg()
+    loaded = load_model(spec, batch=batch)
+    model = loaded.model.module() if isinstance(loaded.model, torch.export.ExportedProgram) else loaded.model
+    ours = pathweave_builders(device)
+    names = _select([*ours, *peer_names(device)], candidates)
+    bar = Progress(f"build {loaded.name}", len(names) + 1, enabled=progress)
+    with torch.no_grad():
+        reference = flatten_outputs(model(*loaded.inputs))
+    captured = (
+        capture(loaded.model, *loaded.inputs, name=loaded.name) if any(n in ours for n in names) else None
+    )
+    bar.step("captured")
+    built: list[Candidate] = []
+    results: dict[str, Result] = {}
+    for name in names:
+        kind = "pathweave" if name in ours else "peer"
+        results[name] = Result(name, kind, "ok", threads=threads)
+        try:
+            cand = (
+                ours[name](captured, threads)
+                if name in ours
+                else PEERS[name](model, loaded.inputs, threads, device)
+            )
+            _check(cand, reference, results[name])
+            if results[name].status == "ok":
+                built.append(cand)
+        except Skip as exc:
+            results[name].status, results[name].note = "skipped", str(exc)
+        except Exception as exc:  # a peer that breaks is reported, not fatal
+            results[name].status, results[name].note = "failed", f"{type(exc).__name__}: {str(exc)[:200]}"
+        bar.step(name)
+    _time_interleaved(built, results, rounds, progress)
+    settings = {
+        "rounds": rounds, "threads": threads, "device": device, "batch": batch,
+        "loadavg_before": load_before, "loadavg_after": _loadavg(), "date": time.strftime("%Y-%m-%d"),
+    }  # fmt: skip
+    return BenchReport(loaded.name, describe(device) | _versions(), settings, list(results.values()))
+
+
+def _select(available: list[str], wanted: list[str] | None) -> list[str]:
+    if not wanted:
+        return available
+    from ..errors import InputError
+
+    unknown = [w for w in wanted if w not in available]
+    if unknown:
+        raise InputError(f"unknown bench candidates {unknown}; available here: {', '.join(available)}")
+    return [a for a in available if a in wanted]
+
+
+def _check(cand: Candidate, reference: list[torch.Tensor], result: Result) -> None:
+    torch.set_num_threads(cand.threads)
+    got = flatten_outputs(cand.run())
+    if cand.sync:
+        cand.sync()
+    result.note = cand.note
+    if len(got) != len(reference):
+        result.status, result.note = "WRONG", f"{len(got)} outputs, eager has {len(reference)}"
+        return
+    abs_d = rel_d = 0.0
+    wrong = False
+    for g, r in zip(got, reference, strict=True):
+        g, r = g.float(), r.float()
+        if g.shape != r.shape:
+            result.status, result.note = "WRONG", f"output shape {tuple(g.shape)}, eager {tuple(r.shape)}"
+            return
+        diff = (g - r).abs()
+        abs_d = max(abs_d, diff.max().item())
+        rel_d = max(rel_d, (diff / r.abs().clamp_min(1e-6)).max().item())
+        scale = r.abs().max().item()
+        wrong |= bool((diff > RTOL * r.abs() + ATOL * max(scale, 1e-6)).any())
+    result.max_abs_diff, result.max_rel_diff = abs_d, rel_d
+    if wrong:
+        result.status = "WRONG"
+
+
+def _time_interleaved(
+    built: list[Candidate], results: dict[str, Result], rounds: int, progress: bool
+) -> None:
+    for cand in built:  # warm-up
+        torch.set_num_threads(cand.threads)
+        for _ in range(WARMUP):
+            cand.run()
+        if cand.sync:
+            cand.sync()
+    bar = Progress("timing", rounds, enabled=progress)
+    for r in range(rounds):
+        for i in range(len(built)):
+            cand = built[(i + r) % len(built)]
+            torch.set_num_threads(cand.threads)
+            t0 = time.perf_counter()
+            cand.run()
+            if cand.sync:
+                cand.sync()
+            results[cand.name].times_ms.append((time.perf_counter() - t0) * 1e3)
+        bar.step(f"round {r + 1}")
+    for cand in built:
+        results[cand.name].median_ms = statistics.median(results[cand.name].times_ms)
+
+
+def _loadavg() -> list[float] | None:
+    try:
+        return [round(v, 2) for v in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def _versions() -> dict[str, str]:
+    import importlib.metadata as md
+
+    out = {}
+    for pkg in ("onnxruntime", "openvino", "onnx"):
+        try:
+            out[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            pass
+    return out

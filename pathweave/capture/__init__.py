@@ -1,0 +1,154 @@
+"""Capture: nn.Module / ExportedProgram / .pt2 file -> one whole torch.fx graph with shapes.
+
+torch.export (non-strict) is tried first, fx symbolic tracing second. Either the whole model is
+captured and its outputs match eager on the example inputs, or ``CaptureError`` is raised: a partial
+graph is never returned.
+"""
+
+from __future__ import annotations
+
+import os
+import traceback
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+from torch.export import ExportedProgram
+
+from ..errors import CaptureError, InputError
+from .export import export_program, from_exported
+from .graph import Captured
+from .shapes import TensorSpec, tensor_spec, tensor_specs
+from .trace import TraceFailure, trace_module
+
+__all__ = ["Captured", "TensorSpec", "capture", "tensor_spec", "tensor_specs"]
+
+#: outputs of the captured graph must match eager within these (same kernels, so only order of ops differs)
+CHECK_RTOL, CHECK_ATOL = 1e-4, 1e-5
+
+
+def capture(
+    model: Any, *inputs: Any, name: str | None = None, method: str = "auto", check: bool = True, **kwargs: Any
+) -> Captured:
+    """Capture ``model`` called as ``model(*inputs, **kwargs)``.
+
+    ``model`` is an ``nn.Module``, a ``torch.export.ExportedProgram`` or a path to a ``.pt2`` file.
+    ``method`` is "auto" (export, then fx), "export" or "fx".
+    """
+    if isinstance(model, (str, os.PathLike)):
+        model = _load_pt2(Path(model))
+    if isinstance(model, ExportedProgram):
+        return _capture_program(model, inputs, kwargs, name or "exported_program", check)
+    if not isinstance(model, torch.nn.Module):
+        raise InputError(
+            f"expected a torch.nn.Module, ExportedProgram or .pt2 path, got {type(model).__name__}"
+        )
+    if method not in ("auto", "export", "fx"):
+        raise InputError(f"unknown capture method {method!r}; use 'auto', 'export' or 'fx'")
+    name = name or type(model).__name__
+    _check_inputs(inputs, kwargs, name)
+    was_training = model.training
+    model.eval()
+    try:
+        expected = _run_eager(model, inputs, kwargs, name)
+        captured = _capture_module(model, inputs, kwargs, name, method)
+    finally:
+        model.train(was_training)
+    if check:
+        _check_outputs(captured, expected)
+    return captured
+
+
+def _capture_module(model: torch.nn.Module, inputs: tuple, kwargs: dict, name: str, method: str) -> Captured:
+    reasons = []
+    if method in ("auto", "export"):
+        try:
+            ep = export_program(model, inputs, kwargs)
+            return from_exported(ep, pytree.tree_leaves((inputs, kwargs)), name)
+        except Exception as exc:
+            reasons.append(f"torch.export failed{_user_frame(exc)}: {_first_line(exc)}")
+    if method in ("auto", "fx"):
+        if kwargs:
+            reasons.append("fx tracing takes positional tensor inputs only")
+        else:
+            try:
+                return trace_module(model, inputs, name)
+            except TraceFailure as exc:
+                reasons.append(f"fx symbolic tracing failed {exc}")
+    raise CaptureError(f"could not capture {name} as one whole graph:\n  " + "\n  ".join(reasons))
+
+
+def _capture_program(ep: ExportedProgram, inputs: tuple, kwargs: dict, name: str, check: bool) -> Captured:
+    if not inputs and not kwargs and ep.example_inputs is not None:
+        inputs, kwargs = ep.example_inputs
+    _check_inputs(inputs, kwargs, name)
+    captured = from_exported(ep, pytree.tree_leaves((inputs, kwargs)), name)
+    if check:
+        with torch.no_grad():
+            expected = ep.module()(*inputs, **kwargs)
+        _check_outputs(captured, expected)
+    return captured
+
+
+def _load_pt2(path: Path) -> ExportedProgram:
+    if not path.exists():
+        raise InputError(f"no such file: {path}")
+    if path.suffix == ".onnx":
+        raise InputError(f"{path}: ONNX models are not accepted yet (planned with the Ramiel issue)")
+    try:
+        return torch.export.load(path)
+    except Exception as exc:
+        raise InputError(f"{path} is not a torch.export .pt2 file: {_first_line(exc)}") from exc
+
+
+def _check_inputs(inputs: tuple, kwargs: dict, name: str) -> None:
+    leaves = pytree.tree_leaves((inputs, kwargs))
+    if not leaves:
+        raise InputError(f"{name}: capture needs example inputs (tensors the model is called with)")
+    for i, leaf in enumerate(leaves):
+        if not isinstance(leaf, torch.Tensor):
+            raise InputError(f"{name}: example input {i} is a {type(leaf).__name__}; pass tensors")
+
+
+def _run_eager(model: torch.nn.Module, inputs: tuple, kwargs: dict, name: str) -> Any:
+    try:
+        with torch.no_grad():
+            return model(*inputs, **kwargs)
+    except Exception as exc:
+        sig = ", ".join(f"{tuple(t.shape)} {t.dtype}" for t in pytree.tree_leaves((inputs, kwargs)))
+        raise InputError(
+            f"{name} fails on the example inputs ({sig}){_user_frame(exc)}: {_first_line(exc)}"
+        ) from exc
+
+
+def _check_outputs(captured: Captured, expected: Any) -> None:
+    with torch.no_grad():
+        got = captured.gm(*captured.example_inputs)
+    want = [t for t in pytree.tree_leaves(expected) if isinstance(t, torch.Tensor)]
+    if len(got) != len(want):
+        raise CaptureError(f"{captured.name}: captured graph returns {len(got)} tensors, eager {len(want)}")
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        if g.shape != w.shape or not torch.allclose(g, w, rtol=CHECK_RTOL, atol=CHECK_ATOL, equal_nan=True):
+            diff = (g.float() - w.float()).abs().max().item() if g.shape == w.shape else float("nan")
+            raise CaptureError(
+                f"{captured.name}: captured graph differs from eager at output {i} "
+                f"(shape {tuple(g.shape)} vs {tuple(w.shape)}, max abs diff {diff:.3g}); "
+                "the model may depend on state or Python values that capture cannot see"
+            )
+
+
+def _user_frame(exc: BaseException) -> str:
+    """' at file:line (code)' for the innermost traceback frame outside torch, if any."""
+    torch_dir = str(Path(torch.__file__).parent)
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith(torch_dir)]
+    frames = [f for f in frames if "pathweave" not in f.filename]
+    if not frames:
+        return ""
+    f = frames[-1]
+    return f" at {Path(f.filename).name}:{f.lineno} ({(f.line or '').strip()})"
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"

@@ -1,0 +1,50 @@
+"""Reading shapes and dtypes off fx nodes, whichever way the graph was captured."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.fx
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= int(d)
+        return n
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * self.dtype.itemsize
+
+
+def tensor_specs(node: torch.fx.Node) -> list[TensorSpec]:
+    """Every tensor a node produces (one for most ops, several for tuple outputs)."""
+    val = node.meta.get("val")
+    if val is None and "tensor_meta" in node.meta:
+        val = node.meta["tensor_meta"]
+    return _specs(val)
+
+
+def tensor_spec(node: torch.fx.Node) -> TensorSpec | None:
+    """The node's single tensor output, or None when it produces none or several."""
+    specs = tensor_specs(node)
+    return specs[0] if len(specs) == 1 else None
+
+
+def _specs(val: object) -> list[TensorSpec]:
+    if val is None:
+        return []
+    if isinstance(val, (list, tuple)):
+        return [s for v in val for s in _specs(v)]
+    shape, dtype = getattr(val, "shape", None), getattr(val, "dtype", None)
+    if shape is None or not isinstance(dtype, torch.dtype):
+        return []
+    return [TensorSpec(tuple(int(d) for d in shape), dtype)]

@@ -1,0 +1,97 @@
+"""``pathweave zoo | analyze MODEL | bench MODEL``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .errors import PathweaveError
+
+DEFAULT_MODEL = "googlenet"
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="pathweave", description="Inter-operator parallelism for PyTorch models."
+    )
+    sub = p.add_subparsers(dest="command", required=True)
+    sub.add_parser("zoo", help="list the built-in models")
+    model_help = "zoo name, torchvision:NAME, timm:NAME, hf:CONFIG or a .pt2 file"
+    a = sub.add_parser("analyze", help="work, critical path and parallelism of a model")
+    a.add_argument("model", nargs="?", default=DEFAULT_MODEL, help=model_help)
+    a.add_argument("--batch", type=int, default=1)
+    a.add_argument("--measure", action="store_true", help="also profile node times (one run, cached)")
+    a.add_argument("--json", type=Path, help="write the statistics as JSON here")
+    a.add_argument("--plot", type=Path, help="draw the DAG with its critical path (.png or .svg)")
+    b = sub.add_parser("bench", help="time pathweave and its peers side by side")
+    b.add_argument("model", nargs="?", default=DEFAULT_MODEL, help=model_help)
+    b.add_argument("--batch", type=int, default=1)
+    b.add_argument("--rounds", type=int, default=20)
+    b.add_argument("--threads", type=int, default=None, help="thread budget (default: all cores)")
+    b.add_argument("--device", default="cpu")
+    b.add_argument("--candidates", help="comma-separated candidate names (default: all)")
+    b.add_argument("--json", type=Path, help="write the full results as JSON here")
+    b.add_argument("--quiet", action="store_true", help="no progress bars")
+    return p
+
+
+def _zoo() -> int:
+    from .zoo import MODELS
+
+    for m in MODELS.values():
+        print(f"{m.name:18} {m.summary:45} ({m.reference})")
+    print("\nAlso: torchvision:NAME, timm:NAME, hf:CONFIG (when importable), or a path to a .pt2 file.")
+    return 0
+
+
+def _analyze(args: argparse.Namespace) -> int:
+    from .analyze import analyze_captured
+    from .capture import capture
+    from .report.tables import format_analysis
+    from .zoo.load import load_model
+
+    loaded = load_model(args.model, batch=args.batch)
+    captured = capture(loaded.model, *loaded.inputs, name=loaded.name)
+    analysis = analyze_captured(captured, measure=args.measure)
+    d = analysis.to_dict()
+    print(format_analysis(d))
+    if args.json:
+        args.json.write_text(json.dumps(d, indent=2))
+    if args.plot:
+        from .report.plot import plot_dag
+
+        plot_dag(captured, analysis, args.plot)
+        print(f"wrote {args.plot}")
+    return 0
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from .bench.harness import run_bench
+    from .report.tables import format_bench
+
+    wanted = [c.strip() for c in args.candidates.split(",")] if args.candidates else None
+    report = run_bench(args.model, wanted, args.rounds, args.threads, args.device, args.batch, not args.quiet)
+    d = report.to_dict()
+    print(format_bench(d))
+    if args.json:
+        args.json.write_text(json.dumps(d, indent=2))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "zoo":
+            return _zoo()
+        if args.command == "analyze":
+            return _analyze(args)
+        return _bench(args)
+    except PathweaveError as exc:
+        print(f"pathweave: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,90 @@
+"""The sequential executor: the baseline every parallel plan is checked against.
+
+The graph runs in topological order as fx-generated Python (each intermediate is dropped right
+after its last use). On CPU the FAST_CPU pipeline rewrites it first; the rewritten graph is checked
+against the captured one on the example inputs, and a mismatch falls back to the plain graph with
+a warning, never to a wrong answer.
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from typing import Any
+
+import torch
+import torch.fx
+
+from ..capture.graph import Captured
+from ..errors import ExecutionError
+from ..transform import FAST_CPU, PassReport, run_pipeline
+
+#: the fast path must agree with the captured graph within these on the example inputs
+FAST_RTOL, FAST_ATOL = 1e-3, 1e-4
+
+
+class SequentialExecutor:
+    """``executor(*inputs)`` returns the model's outputs, nested as the model returns them."""
+
+    strategy = "sequential"
+
+    def __init__(self, captured: Captured, device: str = "cpu", fast: bool = True) -> None:
+        self.captured = captured
+        self.device = torch.device(device)
+        self.passes: list[PassReport] = []
+        self.gm = self._build(fast)
+
+    def _build(self, fast: bool) -> torch.fx.GraphModule:
+        gm = copy.deepcopy(self.captured.gm).to(self.device)
+        if not fast or self.device.type != "cpu":
+            return gm
+        reference = copy.deepcopy(gm)
+        self.passes = run_pipeline(gm, FAST_CPU)
+        problem = _compare(gm, reference, self.captured.example_inputs)
+        if problem:
+            warnings.warn(f"{self.captured.name}: fast CPU path disabled, {problem}", stacklevel=3)
+            self.passes = []
+            return reference
+        return gm
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        flat = self.captured.flatten_inputs(args, kwargs)
+        return self.captured.out_spec_unflatten(self.run_flat(flat))
+
+    def run_flat(self, flat: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        with torch.inference_mode():
+            try:
+                return self.gm(*flat)
+            except Exception as exc:
+                raise locate_failure(self.gm, flat, exc) from exc
+
+
+def _compare(gm: torch.fx.GraphModule, ref: torch.fx.GraphModule, inputs: tuple) -> str | None:
+    with torch.inference_mode():
+        got, want = gm(*inputs), ref(*inputs)
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        if not torch.allclose(g, w, rtol=FAST_RTOL, atol=FAST_ATOL):
+            return f"output {i} differs from the captured graph by {(g - w).abs().max().item():.3g}"
+    return None
+
+
+def locate_failure(gm: torch.fx.GraphModule, flat: list[torch.Tensor], exc: Exception) -> ExecutionError:
+    """Re-run node by node to name the node that raised (only on the error path)."""
+    failing: list[torch.fx.Node] = []
+
+    class _Finder(torch.fx.Interpreter):
+        def run_node(self, n: torch.fx.Node) -> Any:
+            try:
+                return super().run_node(n)
+            except Exception:
+                failing.append(n)
+                raise
+
+    try:
+        with torch.inference_mode():
+            _Finder(gm).run(*flat)
+    except Exception:
+        pass
+    where = failing[0].format_node() if failing else "<unknown node>"
+    name = failing[0].name if failing else None
+    return ExecutionError(f"node {where} raised {type(exc).__name__}: {exc}", node=name)

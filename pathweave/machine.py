@@ -1,0 +1,52 @@
+"""What machine we run on, for reports and cache keys."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+from functools import cache
+from pathlib import Path
+
+import torch
+
+
+@cache
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def describe(device: str = "cpu") -> dict:
+    info = {
+        "cpu": cpu_model(),
+        "cores": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "platform": platform.platform(),
+    }
+    if device.startswith("cuda") and torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name()
+    return info
+
+
+def machine_key(device: str = "cpu") -> str:
+    """Short hash of what makes timings comparable: CPU or GPU model, thread count, torch version."""
+    d = describe(device)
+    text = f"{d['cpu']}|{d['torch_threads']}|{d['torch']}|{d.get('gpu', '')}"
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def cache_dir() -> Path:
+    """$PATHWEAVE_CACHE_DIR, else $XDG_CACHE_HOME/pathweave, else ~/.cache/pathweave (made on write)."""
+    env = os.environ.get("PATHWEAVE_CACHE_DIR")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "pathweave"

@@ -1,0 +1,13 @@
+"""Graph rewrites. Each pass is one module with ``propose(gm) -> list[match]`` (pure) and
+``apply(gm, matches)`` (rewrites); ``run_pass`` lints the graph after every apply.
+
+The pipelines, in the order they run:
+
+- ``FAST_CPU``: fold_bn -> fuse_conv (oneDNN prepacked conv + activation) -> channels_last
+"""
+
+from __future__ import annotations
+
+from .pipeline import FAST_CPU, PassReport, run_pipeline
+
+__all__ = ["FAST_CPU", "PassReport", "run_pipeline"]

@@ -1,0 +1,103 @@
+"""Convolutions as oneDNN kernels with prepacked weights and fused epilogues, as Inductor's freezing does.
+
+``conv2d -> relu`` becomes one ``mkldnn._convolution_pointwise`` with attr "relu"; a residual
+``add(conv2d, other) -> relu`` becomes one ``_convolution_pointwise.binary``. Weights are reordered
+once, for the exact input shape, into oneDNN's blocked layout (opaque ``torch._mkldnn`` tensors).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.fx
+
+from .util import add_constant, aten, constant, conv_args
+
+_mkldnn = torch.ops.mkldnn
+#: activations oneDNN can run in the convolution's epilogue, by the attr name it knows them under
+UNARY = {aten.relu.default: "relu", aten.sigmoid.default: "sigmoid", aten.tanh.default: "tanh",
+         aten.silu.default: "swish", aten.hardswish.default: "hardswish"}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class FuseConv:
+    conv: str
+    add: str | None  # residual add fused as a binary post-op
+    other: str | None  # the add's other operand
+    unary: str | None  # the activation node fused last
+    attr: str  # oneDNN name of that activation, or "none"
+
+
+def _sole_user(node: torch.fx.Node) -> torch.fx.Node | None:
+    return next(iter(node.users)) if len(node.users) == 1 else None
+
+
+def _same_shape(a: object, b: torch.fx.Node) -> bool:
+    va, vb = getattr(a, "meta", {}).get("val"), b.meta.get("val")
+    return va is not None and vb is not None and tuple(va.shape) == tuple(vb.shape) and va.dtype == vb.dtype
+
+
+def propose(gm: torch.fx.GraphModule) -> list[FuseConv]:
+    found = []
+    claimed: set[torch.fx.Node] = set()  # an add both of whose operands are convolutions fuses once
+    for conv in gm.graph.nodes:
+        if conv.op != "call_function" or conv.target != aten.conv2d.default:
+            continue
+        args = conv_args(conv)
+        val = args[0].meta.get("val") if isinstance(args[0], torch.fx.Node) else None
+        if constant(gm, args[1]) is None or val is None or val.dim() != 4 or val.dtype != torch.float32:
+            continue
+        if args[2] is not None and constant(gm, args[2]) is None:
+            continue
+        add = other = None
+        last = conv
+        user = _sole_user(conv)
+        if (
+            user is not None
+            and user.target == aten.add.Tensor
+            and len(user.args) == 2
+            and user not in claimed
+        ):
+            cand = user.args[1] if user.args[0] is conv else user.args[0]
+            if isinstance(cand, torch.fx.Node) and cand is not conv and _same_shape(cand, conv):
+                add, other, last = user.name, cand.name, user
+                claimed.add(user)
+        act = _sole_user(last)
+        if act is not None and act.target in UNARY:
+            found.append(FuseConv(conv.name, add, other, act.name, UNARY[act.target]))
+        else:
+            found.append(FuseConv(conv.name, add, other, None, "none"))
+    return found
+
+
+def apply(gm: torch.fx.GraphModule, matches: list[FuseConv]) -> None:
+    nodes = {n.name: n for n in gm.graph.nodes}
+    for m in matches:
+        conv = nodes[m.conv]
+        other = nodes[m.other] if m.other else None
+        x, w, b, stride, padding, dilation, groups = conv_args(conv)
+        shape = list(x.meta["val"].shape)
+        packed = _mkldnn._reorder_convolution_weight(
+            constant(gm, w), padding, stride, dilation, groups, shape
+        )
+        w_node = add_constant(gm, conv, f"{conv.name}_packed", packed)
+        last = nodes[m.unary] if m.unary else (nodes[m.add] if m.add else conv)
+        with gm.graph.inserting_before(last):
+            if m.add:
+                new = gm.graph.call_function(
+                    _mkldnn._convolution_pointwise.binary,
+                    (x, other, w_node, b, padding, stride, dilation, groups, "add", None,
+                     None if m.attr == "none" else m.attr, [], ""),
+                )  # fmt: skip
+            else:
+                new = gm.graph.call_function(
+                    _mkldnn._convolution_pointwise.default,
+                    (x, w_node, b, padding, stride, dilation, groups, m.attr, [], ""),
+                )
+        new.meta["val"] = last.meta.get("val")
+        chain = [nodes[name] for name in (m.unary, m.add, m.conv) if name]  # users before producers
+        last.replace_all_uses_with(new)
+        nodes[last.name] = new  # a later match whose residual operand was this node reads the fused one
+        for old in chain:
+            gm.graph.erase_node(old)

@@ -1,0 +1,38 @@
+"""The pass pipelines, listed in one place, and the runner that checks the graph after each pass."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import ModuleType
+
+import torch.fx
+
+from ..errors import PlanError
+from . import channels_last, fold_bn, fuse_conv
+from .util import drop_unused_constants
+
+#: the sequential fast CPU path
+FAST_CPU: tuple[ModuleType, ...] = (fold_bn, fuse_conv, channels_last)
+
+
+@dataclass(frozen=True)
+class PassReport:
+    name: str
+    rewrites: int
+
+
+def run_pipeline(gm: torch.fx.GraphModule, passes: tuple[ModuleType, ...]) -> list[PassReport]:
+    """Propose and apply each pass in order; lint after each so a broken rewrite fails where it happens."""
+    reports = []
+    for p in passes:
+        matches = p.propose(gm)
+        p.apply(gm, matches)
+        try:
+            gm.graph.lint()
+            drop_unused_constants(gm)
+        except RuntimeError as exc:
+            first = str(exc).splitlines()[0]
+            raise PlanError(f"pass {p.__name__.rsplit('.', 1)[-1]} left an invalid graph: {first}") from exc
+        gm.recompile()
+        reports.append(PassReport(p.__name__.rsplit(".", 1)[-1], len(matches)))
+    return reports

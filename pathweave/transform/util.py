@@ -1,0 +1,59 @@
+"""Small helpers shared by passes: reading constant weights, adding constants, normalising args."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.fx
+
+aten = torch.ops.aten
+
+
+def constant(gm: torch.fx.GraphModule, node: Any) -> torch.Tensor | None:
+    """The tensor behind a ``get_attr`` node, or None for anything computed at run time."""
+    if isinstance(node, torch.fx.Node) and node.op == "get_attr":
+        obj = gm
+        for part in str(node.target).split("."):
+            obj = getattr(obj, part)
+        return obj if isinstance(obj, torch.Tensor) else None
+    return None
+
+
+def add_constant(
+    gm: torch.fx.GraphModule, before: torch.fx.Node, name: str, value: torch.Tensor
+) -> torch.fx.Node:
+    """Register ``value`` as a non-persistent buffer and return a ``get_attr`` node for it."""
+    attr = name
+    i = 0
+    while hasattr(gm, attr):
+        i += 1
+        attr = f"{name}_{i}"
+    gm.register_buffer(attr, value, persistent=False)
+    with gm.graph.inserting_before(before):
+        node = gm.graph.get_attr(attr)
+    node.meta["val"] = value
+    return node
+
+
+def drop_unused_constants(gm: torch.fx.GraphModule) -> None:
+    """Remove dead nodes, then buffers no ``get_attr`` reads any more."""
+    gm.graph.eliminate_dead_code()
+    used = {str(n.target) for n in gm.graph.nodes if n.op == "get_attr"}
+    for name in [n for n, _ in gm.named_buffers(recurse=False) if n not in used]:
+        delattr(gm, name)
+
+
+CONV_DEFAULTS = (None, None, None, [1, 1], [0, 0], [1, 1], 1)
+
+
+def conv_args(node: torch.fx.Node) -> list[Any]:
+    """aten.conv2d args with defaults filled: input, weight, bias, stride, padding, dilation, groups."""
+    args = list(node.args) + list(CONV_DEFAULTS[len(node.args) :])
+    for i, key in enumerate(("input", "weight", "bias", "stride", "padding", "dilation", "groups")):
+        if key in node.kwargs:
+            args[i] = node.kwargs[key]
+    for i in (3, 4, 5):
+        v = args[i]
+        args[i] = [int(v)] * 2 if isinstance(v, int) else [int(e) for e in v] * (2 if len(v) == 1 else 1)
+    return args

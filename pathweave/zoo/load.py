@@ -1,0 +1,94 @@
+"""Resolve a model argument (zoo name, ``torchvision:NAME``, ``timm:NAME``, ``hf:CONFIG``, ``.pt2`` path)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..errors import InputError, UnknownModelError, require
+from . import get
+
+
+@dataclass
+class LoadedModel:
+    name: str
+    model: Any  # nn.Module or torch.export.ExportedProgram
+    inputs: tuple[torch.Tensor, ...]
+
+
+def load_model(spec: str, batch: int = 1, small: bool = False, seed: int = 0) -> LoadedModel:
+    """The model a CLI argument names, with example inputs of the given batch size."""
+    if batch < 1:
+        raise InputError(f"batch must be >= 1, got {batch}")
+    prefix, _, rest = spec.partition(":")
+    if rest and prefix == "torchvision":
+        return _torchvision(rest, batch, small)
+    if rest and prefix == "timm":
+        return _timm(rest, batch, small)
+    if rest and prefix == "hf":
+        return _hf(rest, batch, small)
+    if spec.endswith(".pt2") or Path(spec).suffix in (".pt2", ".onnx"):
+        return _pt2(Path(spec))
+    entry = get(spec)
+    return LoadedModel(spec, entry.build(seed), entry.example_inputs(batch, small))
+
+
+def _image(batch: int, size: int) -> tuple[torch.Tensor, ...]:
+    g = torch.Generator().manual_seed(1234)
+    return (torch.randn(batch, 3, size, size, generator=g),)
+
+
+def _torchvision(name: str, batch: int, small: bool) -> LoadedModel:
+    models = require("torchvision.models", "torchvision")
+    try:
+        model = models.get_model(name, weights=None)
+    except ValueError as exc:
+        raise UnknownModelError(f"torchvision has no model {name!r}") from exc
+    size = 299 if "inception" in name else 224
+    return LoadedModel(f"torchvision:{name}", model.eval(), _image(batch, 96 if small else size))
+
+
+def _timm(name: str, batch: int, small: bool) -> LoadedModel:
+    timm = require("timm", "timm")
+    try:
+        model = timm.create_model(name, pretrained=False)
+    except RuntimeError as exc:
+        raise UnknownModelError(f"timm has no model {name!r}") from exc
+    size = model.default_cfg.get("input_size", (3, 224, 224))[-1]
+    return LoadedModel(f"timm:{name}", model.eval(), _image(batch, 96 if small else size))
+
+
+def _hf(config: str, batch: int, small: bool) -> LoadedModel:
+    """A transformers model from a config name or path, offline, with random weights."""
+    transformers = require("transformers", "hf")
+    try:
+        cfg = transformers.AutoConfig.from_pretrained(config, local_files_only=True)
+    except Exception as exc:
+        raise UnknownModelError(
+            f"no local transformers config {config!r} (offline; no download): {exc}"
+        ) from exc
+    model = transformers.AutoModel.from_config(cfg).eval()
+    seq = 16 if small else 128
+    g = torch.Generator().manual_seed(1234)
+    ids = torch.randint(0, cfg.vocab_size, (batch, seq), generator=g)
+    return LoadedModel(f"hf:{config}", model, (ids,))
+
+
+def _pt2(path: Path) -> LoadedModel:
+    if not path.exists():
+        raise UnknownModelError(f"no such model file: {path}")
+    if path.suffix == ".onnx":
+        raise InputError(f"{path}: ONNX models are not accepted yet (planned with the Ramiel issue)")
+    try:
+        ep = torch.export.load(path)
+    except Exception as exc:
+        raise InputError(f"{path} is not a torch.export .pt2 file: {exc}") from exc
+    if ep.example_inputs is None:
+        raise InputError(f"{path} holds no example inputs; save it with torch.export.save after export")
+    args, kwargs = ep.example_inputs
+    if kwargs:
+        raise InputError(f"{path}: keyword example inputs are not supported by the CLI")
+    return LoadedModel(path.stem, ep, tuple(args))
