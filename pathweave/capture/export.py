@@ -15,9 +15,24 @@ def export_program(model: torch.nn.Module, args: tuple, kwargs: dict) -> Exporte
         return torch.export.export(model, args, kwargs or None, strict=False)
 
 
+def _mutates(ep: ExportedProgram) -> bool:
+    """Whether the graph holds in-place ops or buffer updates (then it must be functionalized)."""
+    if ep.graph_signature.buffers_to_mutate or ep.graph_signature.user_inputs_to_mutate:
+        return True
+    return any(
+        n.op == "call_function" and getattr(getattr(n.target, "_schema", None), "is_mutable", False)
+        for n in ep.graph.nodes
+    )
+
+
 def from_exported(ep: ExportedProgram, example: list[torch.Tensor], name: str) -> Captured:
-    """Decompose to inference IR (functional, no training ops) and turn lifted weights into attributes."""
-    ep = ep.run_decompositions({})
+    """Turn lifted weights into attributes; functionalize first only where the graph mutates.
+
+    torch.export's graph is already functional for eval-mode models (``relu``, not ``relu_``), and
+    ``run_decompositions`` re-traces the whole model (4 s of NASNet's 6), so it runs only when needed.
+    """
+    if _mutates(ep):
+        ep = ep.run_decompositions({})
     src = ep.graph_module
     root = torch.nn.Module()
     graph = torch.fx.Graph()

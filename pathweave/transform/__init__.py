@@ -3,7 +3,8 @@
 
 The pipelines, in the order they run:
 
-- ``FAST_CPU``: fold_bn -> fuse_conv (oneDNN prepacked conv + activation) -> channels_last
+- ``FAST_CPU``: fold_bn -> merge_siblings (sibling 1x1 convs as one) -> fuse_conv (oneDNN prepacked
+  conv + activation) -> channels_last
 """
 
 from __future__ import annotations

@@ -62,15 +62,23 @@ def _timm(name: str, batch: int, small: bool) -> LoadedModel:
 
 
 def _hf(config: str, batch: int, small: bool) -> LoadedModel:
-    """A transformers model from a config name or path, offline, with random weights."""
+    """A transformers model with random weights, offline: a model type ("bert", "gpt2") gives its
+    default config; anything else must be a local config directory or file."""
     transformers = require("transformers", "hf")
     try:
-        cfg = transformers.AutoConfig.from_pretrained(config, local_files_only=True)
+        if config in transformers.CONFIG_MAPPING:
+            cfg = transformers.AutoConfig.for_model(config)
+        else:
+            cfg = transformers.AutoConfig.from_pretrained(config, local_files_only=True)
     except Exception as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise UnknownModelError(
-            f"no local transformers config {config!r} (offline; no download): {exc}"
+            f"hf:{config} is neither a transformers model type (e.g. hf:bert, hf:gpt2) nor a local "
+            f"config path; nothing is downloaded ({reason})"
         ) from exc
-    model = transformers.AutoModel.from_config(cfg).eval()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = transformers.AutoModel.from_config(cfg).eval()
     seq = 16 if small else 128
     g = torch.Generator().manual_seed(1234)
     ids = torch.randint(0, cfg.vocab_size, (batch, seq), generator=g)

@@ -1,0 +1,67 @@
+"""Shared fixtures: every zoo model is built and captured at most once per test session."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+import torch.utils._pytree as pytree
+
+from pathweave import zoo
+from pathweave.capture import Captured, capture
+
+
+class ZooCache:
+    """Models, small example inputs and captured graphs, built lazily and kept for the session."""
+
+    def __init__(self) -> None:
+        self._models: dict[str, torch.nn.Module] = {}
+        self._captured: dict[tuple[str, int], Captured] = {}
+        self._eager: dict[tuple[str, int], list[torch.Tensor]] = {}
+
+    def model(self, name: str) -> torch.nn.Module:
+        if name not in self._models:
+            self._models[name] = zoo.get(name).build()
+        return self._models[name]
+
+    def inputs(self, name: str, batch: int = 1) -> tuple[torch.Tensor, ...]:
+        return zoo.get(name).example_inputs(batch, small=True)
+
+    def eager(self, name: str, batch: int = 1) -> list[torch.Tensor]:
+        """The eager model's outputs as a flat list of tensors."""
+        if (name, batch) not in self._eager:
+            with torch.no_grad():
+                self._eager[(name, batch)] = flat_tensors(self.model(name)(*self.inputs(name, batch)))
+        return self._eager[(name, batch)]
+
+    def captured(self, name: str, batch: int = 1) -> Captured:
+        if (name, batch) not in self._captured:
+            self._captured[(name, batch)] = capture(self.model(name), *self.inputs(name, batch), name=name)
+        return self._captured[(name, batch)]
+
+
+def flat_tensors(out: Any) -> list[torch.Tensor]:
+    return [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
+
+
+def assert_outputs_close(got: Any, want: Any, rtol: float, atol_scale: float) -> None:
+    """Same structure, shapes and dtypes; values within rtol * |want| + atol_scale * max|want|."""
+    got_flat, got_spec = pytree.tree_flatten(got)
+    want_flat, want_spec = pytree.tree_flatten(want)
+    assert got_spec == want_spec, f"output structure {got_spec} != {want_spec}"
+    for i, (g, w) in enumerate(zip(got_flat, want_flat, strict=True)):
+        assert isinstance(g, torch.Tensor), f"output {i} is a {type(g).__name__}"
+        assert g.shape == w.shape and g.dtype == w.dtype, f"output {i}: {g.shape} {g.dtype} vs {w.shape} {w.dtype}"
+        scale = w.abs().max().item() if w.is_floating_point() and w.numel() else 1.0
+        torch.testing.assert_close(g, w, rtol=rtol, atol=atol_scale * max(scale, 1e-6), msg=f"output {i}")
+
+
+@pytest.fixture(scope="session")
+def zoo_cache() -> ZooCache:
+    return ZooCache()
+
+
+@pytest.fixture(scope="session")
+def outputs_close():
+    return assert_outputs_close
