@@ -4,7 +4,7 @@
 The pipelines, in the order they run:
 
 - ``FAST_CPU``: fold_bn -> merge_siblings (sibling 1x1 convs as one) -> fuse_conv (oneDNN prepacked
-  conv + activation) -> channels_last
+  conv + activation) -> fuse_linear (oneDNN linear + activation) -> channels_last
 """
 
 from __future__ import annotations
