@@ -11,10 +11,6 @@ from dataclasses import dataclass
 COST = "pathweave.cost"
 #: ``float``: measured time of one node in microseconds (from one profiling run).
 TIME_US = "pathweave.time_us"
-#: ``int``: the lane (cluster / worker) a node is scheduled on.
-LANE = "pathweave.lane"
-#: ``str``: the original op or module a rewritten node came from, for error messages.
-ORIGIN = "pathweave.origin"
 
 
 @dataclass(frozen=True)
