@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 _LAZY = {
-    "capture": "pathweave.capture",
     "load_model": "pathweave.zoo.load",
     "STRATEGIES": "pathweave.api",
     "PathweaveError": "pathweave.errors",
@@ -52,7 +51,6 @@ __all__ = [
 
 if TYPE_CHECKING:
     from .api import STRATEGIES
-    from .capture import capture
     from .errors import (
         CaptureError,
         ExecutionError,
@@ -73,6 +71,13 @@ def analyze(model: Any, *inputs: Any, measure: bool = False, **kwargs: Any) -> A
     return _analyze(model, *inputs, measure=measure, **kwargs)
 
 
+def capture(model: Any, *inputs: Any, **kwargs: Any) -> Any:
+    """The whole model as one torch.fx graph with shapes; see ``pathweave.capture.capture``."""
+    from .capture import capture as _capture
+
+    return _capture(model, *inputs, **kwargs)
+
+
 def optimize(
     model: Any, *inputs: Any, strategy: str = "auto", device: str | None = None, **kwargs: Any
 ) -> Any:
@@ -82,12 +87,16 @@ def optimize(
     return _optimize(model, *inputs, strategy=strategy, device=device, **kwargs)
 
 
+#: public functions that share their name with a subpackage
+_SHADOWED = ("analyze", "capture")
+
+
 class _Package(types.ModuleType):
-    """Keeps the functions ``analyze`` and ``optimize`` when the subpackage ``pathweave.analyze`` is
+    """Keeps the functions ``analyze`` and ``capture`` when the subpackages of the same names are
     imported (the import system would otherwise overwrite the attribute with the module)."""
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name == "analyze" and isinstance(value, types.ModuleType):
+        if name in _SHADOWED and isinstance(value, types.ModuleType):
             return
         super().__setattr__(name, value)
 

@@ -52,7 +52,9 @@ def assert_outputs_close(got: Any, want: Any, rtol: float, atol_scale: float) ->
     assert got_spec == want_spec, f"output structure {got_spec} != {want_spec}"
     for i, (g, w) in enumerate(zip(got_flat, want_flat, strict=True)):
         assert isinstance(g, torch.Tensor), f"output {i} is a {type(g).__name__}"
-        assert g.shape == w.shape and g.dtype == w.dtype, f"output {i}: {g.shape} {g.dtype} vs {w.shape} {w.dtype}"
+        assert (g.shape, g.dtype) == (w.shape, w.dtype), (
+            f"output {i}: {g.shape} {g.dtype}, want {w.shape} {w.dtype}"
+        )
         scale = w.abs().max().item() if w.is_floating_point() and w.numel() else 1.0
         torch.testing.assert_close(g, w, rtol=rtol, atol=atol_scale * max(scale, 1e-6), msg=f"output {i}")
 

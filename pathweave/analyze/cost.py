@@ -14,7 +14,7 @@ import torch.fx
 
 from ..capture.shapes import tensor_specs
 from ..meta import COST, NodeCost
-from .ops import is_compute, op_kind, op_name, weight_tensor
+from .ops import is_compute, module_of, op_kind, op_name, weight_tensor
 
 EDGE_COST = 1.0
 #: FLOPs per output element of normalisations and softmax (sub, mul, add, a share of the reduction)
@@ -27,6 +27,7 @@ def node_cost(node: torch.fx.Node, gm: torch.fx.GraphModule | None = None) -> No
     outs = tensor_specs(node)
     out_numel = sum(s.numel for s in outs)
     moved = sum(s.nbytes for s in outs) + sum(s.nbytes for a in node.all_input_nodes for s in tensor_specs(a))
+    moved += _module_state_bytes(node, gm)
     if kind == "view":
         return NodeCost(0, 0, 0.0 if name == "getitem" else 1.0, kind)
     if kind == "conv":
@@ -42,6 +43,15 @@ def node_cost(node: torch.fx.Node, gm: torch.fx.GraphModule | None = None) -> No
     if kind == "reduction":
         return NodeCost(_REDUCTION_FLOPS * max(out_numel, _first_input_numel(node)), moved, 1.0, kind)
     return NodeCost(out_numel, moved, 1.0, kind)
+
+
+def _module_state_bytes(node: torch.fx.Node, gm: torch.fx.GraphModule | None) -> int:
+    """Weights an fx-traced module reads from its own attributes (ATen graphs pass them as inputs)."""
+    mod = module_of(node, gm)
+    if mod is None:
+        return 0
+    tensors = [*mod.parameters(recurse=False), *mod.buffers(recurse=False)]
+    return sum(t.numel() * t.element_size() for t in tensors)
 
 
 def annotate(gm: torch.fx.GraphModule) -> None:
@@ -65,6 +75,8 @@ def _pool_window(node: torch.fx.Node, gm: torch.fx.GraphModule | None) -> int:
     mod = gm.get_submodule(str(node.target)) if node.op == "call_module" and gm is not None else None
     if mod is not None:
         k = getattr(mod, "kernel_size", None)
+    elif "adaptive" in op_name(node, gm):
+        k = None  # its second argument is the output size, not a window
     else:
         k = node.args[1] if len(node.args) > 1 else node.kwargs.get("kernel_size")
     if k is None:  # adaptive pooling: the window is input / output

@@ -42,9 +42,9 @@ def tensor_spec(node: torch.fx.Node) -> TensorSpec | None:
 def _specs(val: object) -> list[TensorSpec]:
     if val is None:
         return []
+    shape, dtype = getattr(val, "shape", None), getattr(val, "dtype", None)
+    if shape is not None and isinstance(dtype, torch.dtype):  # a tensor, or fx's TensorMetadata tuple
+        return [TensorSpec(tuple(int(d) for d in shape), dtype)]
     if isinstance(val, (list, tuple)):
         return [s for v in val for s in _specs(v)]
-    shape, dtype = getattr(val, "shape", None), getattr(val, "dtype", None)
-    if shape is None or not isinstance(dtype, torch.dtype):
-        return []
-    return [TensorSpec(tuple(int(d) for d in shape), dtype)]
+    return []

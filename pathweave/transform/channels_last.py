@@ -1,7 +1,9 @@
 """Run image tensors in channels_last (NHWC) layout, where oneDNN and PyTorch's pooling are fastest.
 
 Image inputs that feed convolutions are converted once at the start; oneDNN convolutions keep the
-layout of their input, and pooling, concatenation and element-wise ops preserve it.
+layout of their input, and pooling, concatenation and element-wise ops preserve it. ``view`` cannot
+flatten a channels_last tensor, so every ``view`` in such a graph becomes ``reshape`` (which copies
+only where the layout needs it).
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import torch
 import torch.fx
 
 from .util import aten
+
+_VIEWS = (aten.view.default, aten._unsafe_view.default)
 
 
 @dataclass(frozen=True)
@@ -50,3 +54,7 @@ def apply(gm: torch.fx.GraphModule, matches: list[ToChannelsLast]) -> None:
         cl.meta["val"] = inp.meta["val"]
         for u in users:
             u.replace_input_with(inp, cl)
+    if matches:
+        for node in gm.graph.nodes:
+            if node.op == "call_function" and node.target in _VIEWS:
+                node.target = aten.reshape.default

@@ -10,13 +10,10 @@ from pathweave.analyze.cost import annotate, node_cost, total_flops
 from pathweave.capture import capture
 from pathweave.meta import COST
 
-FX_SHAPES_BUG = pytest.mark.xfail(
-    strict=True, reason="bug: tensor_specs reads no shapes from fx ShapeProp's TensorMetadata, so FLOPs are 0"
-)
-
 
 def _only(captured, kind_of: str):
-    nodes = [n for n in captured.gm.graph.nodes if n.op in ("call_function", "call_module") and kind_of in n.name]
+    calls = [n for n in captured.gm.graph.nodes if n.op in ("call_function", "call_module")]
+    nodes = [n for n in calls if kind_of in n.name]
     assert len(nodes) == 1, [n.name for n in captured.gm.graph.nodes]
     return nodes[0]
 
@@ -25,7 +22,7 @@ def _captured(model: nn.Module, x: torch.Tensor, method: str = "export"):
     return capture(model.eval(), x, method=method)
 
 
-@pytest.mark.parametrize("method", ["export", pytest.param("fx", marks=FX_SHAPES_BUG)])
+@pytest.mark.parametrize("method", ["export", "fx"])
 def test_conv_flops_textbook(method: str) -> None:
     # grouped, strided, non-square kernel: out = 2 x 8 x 5 x 5 (H: (9+2-3)//2+1, W: (11+2-5)//2+1)
     conv = nn.Conv2d(4, 8, (3, 5), stride=2, padding=1, groups=2)
@@ -38,7 +35,7 @@ def test_conv_flops_textbook(method: str) -> None:
     assert cost.bytes == 4 * (2 * 8 * 5 * 5 + 2 * 4 * 9 * 11 + 8 * 2 * 3 * 5 + 8) == 5760
 
 
-@pytest.mark.parametrize("method", ["export", pytest.param("fx", marks=FX_SHAPES_BUG)])
+@pytest.mark.parametrize("method", ["export", "fx"])
 def test_linear_flops_textbook(method: str) -> None:
     captured = _captured(nn.Sequential(nn.Linear(16, 10)), torch.randn(2, 3, 16), method)
     cost = node_cost(_only(captured, "linear" if method == "export" else "0"), captured.gm)
@@ -70,11 +67,6 @@ def test_pool_weight_is_window() -> None:
     assert cost.flops == 2 * 3 * 3 * 9  # 18 outputs x 9-element window
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: for ATen adaptive_avg_pool2d, cost._pool_window takes output_size for a kernel size; the "
-    "window should be input / output (64 here), it gives 1",
-)
 def test_adaptive_pool_window_is_input_over_output() -> None:
     captured = capture(nn.AdaptiveAvgPool2d(1), torch.randn(1, 4, 8, 8))
     cost = node_cost(_only(captured, "adaptive"), captured.gm)

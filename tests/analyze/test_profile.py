@@ -65,9 +65,7 @@ def test_profile_cache_is_written_and_reused(captured, cache) -> None:
     files[0].write_text(json.dumps(planted))
     assert measure_node_times(captured, repeats=1) == planted
     stats = analyze_captured(captured, measure=True).measured
-    assert stats.total_work == pytest.approx(
-        sum(planted[n] for n in ("conv2d", "relu", "conv2d_1", "add"))
-    )
+    assert stats.total_work == pytest.approx(sum(planted[n] for n in ("conv2d", "relu", "conv2d_1", "add")))
     # a corrupt cache file is re-profiled, not trusted
     files[0].write_text("{not json")
     again = measure_node_times(captured, repeats=1)

@@ -150,11 +150,6 @@ def test_fx_method_directly(small) -> None:
     torch.testing.assert_close(captured(x), _eager(model, x), rtol=RTOL, atol=ATOL)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: shapes.tensor_specs treats fx ShapeProp's TensorMetadata (a NamedTuple) as a tuple of "
-    "values, so every node of an fx-captured graph has no shape",
-)
 def test_fx_capture_has_shapes(small) -> None:
     model, x = small
     captured = capture(model, x, method="fx")
@@ -186,7 +181,8 @@ def test_non_tensor_input(small) -> None:
 
 
 def test_wrong_input_shape_names_the_shape(small) -> None:
-    with pytest.raises(InputError, match=r"SmallNet fails on the example inputs \(\(2, 3, 9, 9\) torch.float32\)"):
+    match = r"SmallNet fails on the example inputs \(\(2, 3, 9, 9\) torch.float32\)"
+    with pytest.raises(InputError, match=match):
         capture(small[0], torch.randn(2, 3, 9, 9))
 
 
