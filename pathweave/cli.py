@@ -34,6 +34,8 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--candidates", help="comma-separated candidate names (default: all)")
     b.add_argument("--json", type=Path, help="write the full results as JSON here")
     b.add_argument("--quiet", action="store_true", help="no progress bars")
+    t = sub.add_parser("table", help="markdown results table from bench --json files")
+    t.add_argument("files", nargs="+", type=Path)
     return p
 
 
@@ -87,6 +89,11 @@ def main(argv: list[str] | None = None) -> int:
             return _zoo()
         if args.command == "analyze":
             return _analyze(args)
+        if args.command == "table":
+            from .report.results import markdown_table
+
+            print(markdown_table(args.files))
+            return 0
         return _bench(args)
     except PathweaveError as exc:
         print(f"pathweave: error: {exc}", file=sys.stderr)

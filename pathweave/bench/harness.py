@@ -29,6 +29,9 @@ from .peers import PEERS, peer_names
 #: scale being the largest magnitude of that eager output (fused kernels reorder float sums)
 RTOL, ATOL = 1e-3, 1e-3
 WARMUP = 3
+#: idle time before each timed call, untimed: runtimes whose pool threads spin-wait after a call (ONNX
+#: Runtime, OpenVINO, OpenMP) would otherwise take the cores from the candidate timed next
+GAP_S = 0.02
 
 
 @dataclass
@@ -173,6 +176,7 @@ def _time_interleaved(
         for i in range(len(built)):
             cand = built[(i + r) % len(built)]
             torch.set_num_threads(cand.threads)
+            time.sleep(GAP_S)
             t0 = time.perf_counter()
             cand.run()
             if cand.sync:
