@@ -1,0 +1,51 @@
+"""The strategies ``optimize`` returns, each a callable with the model's outputs."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+
+import torch
+
+from ..analyze import build_dag
+from ..analyze.profile import measure_node_times
+from ..capture.graph import Captured
+from .lanes import LanesExecutor
+from .sequential import SequentialExecutor, _threads
+
+
+class LanesStrategy:
+    """Ramiel's clustering mapped onto lanes: the fast CPU rewrites first (the sequential executor
+    builds and checks them), then one profiling run of the rewritten graph at one intra-op thread
+    per lane, then the plan (verified), then the lanes executor."""
+
+    strategy = "lanes"
+
+    def __init__(self, captured: Captured, lanes: int | None = None, threads: int | None = None) -> None:
+        budget = threads or torch.get_num_threads() or os.cpu_count() or 1
+        self.lanes = max(1, min(lanes or budget, budget))
+        self.threads_per_lane = max(1, budget // self.lanes)
+        self.captured = captured
+        # weights packed for the thread count each lane runs with (see SequentialExecutor)
+        self.sequential = SequentialExecutor(captured, threads=self.threads_per_lane)
+        self.passes = self.sequential.passes
+        gm = self.sequential.gm
+        with _threads(self.threads_per_lane):
+            times = measure_node_times(dataclasses.replace(captured, gm=gm))
+        from ..schedule import plan_lanes
+
+        dag = build_dag(gm)
+        self.plan = plan_lanes(dag, lambda n: times.get(n, 0.0), self.lanes)
+        self.plan.verify(dag)
+        self.executor = LanesExecutor(gm, self.plan, self.threads_per_lane)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        flat = self.captured.flatten_inputs(args, kwargs)
+        return self.captured.out_spec_unflatten(self.run_flat(flat))
+
+    def run_flat(self, flat: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        return self.executor.run_flat(flat)
+
+    def close(self) -> None:
+        self.executor.close()
