@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import statistics
+import time
 import warnings
 from typing import Any
 
@@ -9,11 +11,13 @@ import torch
 
 from .analyze import Analysis, analyze_captured
 from .capture import Captured, capture
-from .errors import InputError
-from .execute import SequentialExecutor
+from .errors import InputError, UnsupportedError
+from .execute import LanesStrategy, SequentialExecutor
 
 #: strategies ``optimize`` knows; bench candidates are named "pathweave:<strategy>"
-STRATEGIES = ("auto", "sequential")
+STRATEGIES = ("auto", "sequential", "lanes")
+#: rounds per candidate when "auto" times sequential against lanes
+AUTO_ROUNDS = 7
 
 
 def _captured(model: Any, inputs: tuple, kwargs: dict) -> Captured:
@@ -38,12 +42,16 @@ def analyze(model: Any, *inputs: Any, measure: bool = False, **kwargs: Any) -> A
 
 def optimize(
     model: Any, *inputs: Any, strategy: str = "auto", device: str | None = None, **kwargs: Any
-) -> SequentialExecutor:
+) -> SequentialExecutor | LanesStrategy:
     """A callable that returns ``model``'s outputs, run by the chosen strategy.
 
-    The graph is captured for the shapes and dtypes of ``inputs``; calling it with others raises
-    ``InputError``. ``device`` defaults to the inputs' device. Today "auto" is "sequential": the fast
-    sequential path; parallel strategies plug in here as they land.
+    - "sequential": the fast sequential path (all intra-op threads on one operator at a time).
+    - "lanes": Ramiel's clusters on lanes of one intra-op thread each, run at once.
+    - "auto": builds both and keeps the faster one, timed here on the example inputs, so it is
+      never slower than "sequential" (on CUDA, "sequential" until a GPU strategy lands).
+
+    The graph is captured for the shapes and dtypes of ``inputs``; calling the result with others
+    raises ``InputError``. ``device`` defaults to the inputs' device.
     """
     if strategy not in STRATEGIES:
         raise InputError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
@@ -56,4 +64,36 @@ def optimize(
         warnings.warn(
             f"{captured.name}: captured by fx tracing; the fast CPU path needs torch.export", stacklevel=2
         )
+    if strategy == "lanes" or (strategy == "auto" and torch.device(device).type == "cpu"):
+        if torch.device(device).type != "cpu":
+            raise InputError("strategy 'lanes' runs on CPU; use 'sequential' on CUDA")
+        if strategy == "lanes":
+            return LanesStrategy(captured)
+        try:
+            lanes = LanesStrategy(captured)
+        except UnsupportedError as exc:
+            warnings.warn(f"auto: lanes not possible, running sequentially ({exc})", stacklevel=2)
+            return SequentialExecutor(captured, device=device)
+        return _faster(SequentialExecutor(captured, device=device), lanes, captured)
     return SequentialExecutor(captured, device=device)
+
+
+def _faster(a: Any, b: Any, captured: Captured) -> Any:
+    """The faster of two built strategies, timed interleaved on the example inputs; the loser is closed."""
+    flat = list(captured.example_inputs)
+    times: dict[int, list[float]] = {0: [], 1: []}
+    for fn in (a, b):
+        fn.run_flat(flat)
+    for r in range(AUTO_ROUNDS):
+        for i, fn in ((0, a), (1, b)) if r % 2 == 0 else ((1, b), (0, a)):
+            t0 = time.perf_counter()
+            fn.run_flat(flat)
+            times[i].append(time.perf_counter() - t0)
+    keep, drop = (b, a) if statistics.median(times[1]) < statistics.median(times[0]) else (a, b)
+    if hasattr(drop, "close"):
+        drop.close()
+    keep.auto_times_ms = {  # what the choice was based on
+        a.strategy: statistics.median(times[0]) * 1e3,
+        b.strategy: statistics.median(times[1]) * 1e3,
+    }
+    return keep

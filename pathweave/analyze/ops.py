@@ -93,3 +93,23 @@ def weight_tensor(node: torch.fx.Node, gm: torch.fx.GraphModule | None) -> torch
         val = node.args[1].meta.get("val", node.args[1].meta.get("tensor_meta"))
         return getattr(val, "shape", None)
     return None
+
+
+def mutates(node: torch.fx.Node, gm: torch.fx.GraphModule | None = None) -> bool:
+    """Whether a node writes into one of its inputs (``relu_``, ``inplace=True``, ``x.add_()``).
+    Graphs from torch.export are functional; fx-traced ones may not be."""
+    if node.op == "call_function":
+        schema = getattr(node.target, "_schema", None)
+        if schema is not None:
+            return bool(schema.is_mutable)
+        name = getattr(node.target, "__name__", "")
+        return (
+            node.kwargs.get("inplace") is True
+            or (name.endswith("_") and not name.startswith("_"))
+            or (name.startswith("i") and node.target.__module__ in ("_operator", "operator"))
+        )
+    if node.op == "call_method":
+        return str(node.target).endswith("_")
+    if node.op == "call_module":
+        return getattr(module_of(node, gm), "inplace", False) is True
+    return False

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from ..capture import capture
-from ..execute import SequentialExecutor
+from ..execute import LanesStrategy, SequentialExecutor
 from ..machine import describe
 from ..report.progress import Progress
 from ..zoo.load import load_model
@@ -72,7 +72,15 @@ def pathweave_builders(device: str) -> dict[str, Callable[..., Candidate]]:
         passes = ", ".join(f"{p.name}:{p.rewrites}" for p in ex.passes) or "no rewrites"
         return Candidate("pathweave:sequential", "pathweave", lambda: ex.run_flat(flat), threads, note=passes)
 
-    return {"pathweave:sequential": sequential}
+    def lanes(captured: Any, threads: int) -> Candidate:
+        if device != "cpu":
+            raise Skip("lanes run on CPU")
+        strat = LanesStrategy(captured, threads=threads)
+        flat = list(captured.example_inputs)
+        return Candidate("pathweave:lanes", "pathweave", lambda: strat.run_flat(flat), threads,
+                         note=strat.plan.summary())  # fmt: skip
+
+    return {"pathweave:sequential": sequential, "pathweave:lanes": lanes}
 
 
 def run_bench(

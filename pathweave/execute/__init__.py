@@ -1,7 +1,9 @@
-"""Runtimes that execute a captured graph: today the sequential executor with its fast CPU path."""
+"""Runtimes that execute a captured graph: the sequential executor with its fast CPU path, and the
+lanes strategy (Ramiel's clusters on threads)."""
 
 from __future__ import annotations
 
 from .sequential import SequentialExecutor
+from .strategy import LanesStrategy
 
-__all__ = ["SequentialExecutor"]
+__all__ = ["LanesStrategy", "SequentialExecutor"]

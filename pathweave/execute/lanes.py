@@ -22,7 +22,8 @@ from typing import Any
 import torch
 import torch.fx
 
-from ..errors import ExecutionError
+from ..analyze.ops import mutates
+from ..errors import ExecutionError, UnsupportedError
 from ..schedule.plan import LanePlan
 from .codegen import LaneSource, lane_source
 
@@ -60,12 +61,24 @@ def _assign(gm: torch.fx.GraphModule, plan: LanePlan) -> dict[torch.fx.Node, int
     return out
 
 
+def refuse_inplace(gm: torch.fx.GraphModule, name: str = "graph") -> None:
+    """Lanes order data edges only; a write into a value another lane reads could land at any time."""
+    inplace = [n for n in gm.graph.nodes if mutates(n, gm)]
+    if inplace:
+        raise UnsupportedError(
+            f"{name}: lanes need a functional graph, but node {inplace[0].format_node()} writes into its "
+            f"input ({len(inplace)} in-place ops); capture with torch.export or use strategy='sequential'",
+            ops=sorted({str(n.target) for n in inplace}),
+        )
+
+
 class LanesExecutor:
     """``executor.run_flat(inputs)`` runs the plan; ``close()`` stops the worker threads."""
 
     strategy = "lanes"
 
     def __init__(self, gm: torch.fx.GraphModule, plan: LanePlan, threads_per_lane: int = 1) -> None:
+        refuse_inplace(gm)
         self.gm, self.plan, self.threads_per_lane = gm, plan, threads_per_lane
         self._lock = threading.Lock()
         self._sources = self._generate()

@@ -11,7 +11,7 @@ import torch
 from ..analyze import build_dag
 from ..analyze.profile import measure_node_times
 from ..capture.graph import Captured
-from .lanes import LanesExecutor
+from .lanes import LanesExecutor, refuse_inplace
 from .sequential import SequentialExecutor, _threads
 
 
@@ -23,6 +23,7 @@ class LanesStrategy:
     strategy = "lanes"
 
     def __init__(self, captured: Captured, lanes: int | None = None, threads: int | None = None) -> None:
+        refuse_inplace(captured.gm, captured.name)
         budget = threads or torch.get_num_threads() or os.cpu_count() or 1
         self.lanes = max(1, min(lanes or budget, budget))
         self.threads_per_lane = max(1, budget // self.lanes)

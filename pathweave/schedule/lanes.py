@@ -1,9 +1,11 @@
-"""Ours, beyond Ramiel: put the clusters on P lanes by list scheduling on measured node costs.
+"""Ours, beyond Ramiel: put the clusters on P lanes, choosing each lane by simulated makespan.
 
 Ramiel gives every merged cluster its own process. Here the number of lanes is what the machine
-has (P = cores / intra-op threads per lane). Walking the nodes in graph order, the first node of a
-cluster places the whole cluster on the lane where it can start earliest, counting a hand-off cost
-for each input that arrives from another lane; the rest of the cluster follows it there.
+has (P = cores / intra-op threads per lane). Clusters are placed most critical first (the order
+linear clustering found them in): each goes to the lane that gives the shortest simulated schedule,
+where clusters not yet placed still count as running on lanes of their own. The simulation runs
+nodes in graph order, each when its lane is free and its inputs have arrived, a hand-off costing
+``handoff`` between lanes.
 """
 
 from __future__ import annotations
@@ -18,32 +20,36 @@ from .plan import LanePlan
 HANDOFF_US = 20.0
 
 
+def simulate(dag: Dag, lane_of: dict[str, int], weight: Callable[[str], float], handoff: float) -> float:
+    """Makespan when every lane runs its nodes in graph order."""
+    free: dict[int, float] = {}
+    finish: dict[str, float] = {}
+    for n in dag.nodes:
+        ln = lane_of[n]
+        ready = max((finish[p] + (handoff if lane_of[p] != ln else 0.0) for p in dag.preds[n]), default=0.0)
+        finish[n] = max(free.get(ln, 0.0), ready) + weight(n)
+        free[ln] = finish[n]
+    return max(finish.values(), default=0.0)
+
+
 def map_to_lanes(
     dag: Dag, clusters: list[Cluster], weight: Callable[[str], float], lanes: int, handoff: float
 ) -> tuple[dict[str, int], float]:
     """Lane of every node and the simulated makespan."""
-    owner = {n: i for i, c in enumerate(clusters) for n in c}
     placed: dict[int, int] = {}
-    free = [0.0] * lanes
-    finish: dict[str, float] = {}
-    lane_of: dict[str, int] = {}
-    for n in dag.nodes:
-        c = owner[n]
-        if c not in placed:
-            placed[c] = min(range(lanes), key=lambda ln: (max(free[ln], _ready(dag, n, ln, lane_of, finish,
-                                                                               handoff)), ln))  # fmt: skip
-        ln = placed[c]
-        start = max(free[ln], _ready(dag, n, ln, lane_of, finish, handoff))
-        finish[n] = start + weight(n)
-        free[ln] = finish[n]
-        lane_of[n] = ln
-    return lane_of, max(finish.values(), default=0.0)
+    best = 0.0
+    for c in range(len(clusters)):
+        trials = []
+        for ln in range(lanes):
+            placed[c] = ln
+            trials.append((simulate(dag, _lanes(clusters, placed, lanes), weight, handoff), ln))
+        best, placed[c] = min(trials)
+    return _lanes(clusters, placed, lanes), best
 
 
-def _ready(
-    dag: Dag, n: str, ln: int, lane_of: dict[str, int], finish: dict[str, float], handoff: float
-) -> float:
-    return max((finish[p] + (handoff if lane_of[p] != ln else 0.0) for p in dag.preds[n]), default=0.0)
+def _lanes(clusters: list[Cluster], placed: dict[int, int], lanes: int) -> dict[str, int]:
+    """Placed clusters on their lanes, the others each on a virtual lane of its own."""
+    return {n: placed.get(c, lanes + c) for c, cluster in enumerate(clusters) for n in cluster}
 
 
 def plan_lanes(dag: Dag, weight: Callable[[str], float], lanes: int, handoff: float = HANDOFF_US) -> LanePlan:

@@ -29,9 +29,12 @@ class LanePlan:
         """Every node on exactly one lane; every data edge ordered within its lane or handed off."""
         lane = self.lane_of()
         placed = [n for ln in self.lanes for n in ln]
-        if len(placed) != len(set(placed)) or set(placed) != set(dag.nodes):
-            missing = sorted(set(dag.nodes) - set(placed))[:5]
-            raise PlanError(f"plan places {len(placed)} nodes for {len(dag.nodes)}; missing {missing}")
+        twice = sorted({n for n in placed if placed.count(n) > 1})
+        if twice:
+            raise PlanError(f"nodes placed on more than one lane or twice: {twice[:5]}")
+        if set(placed) != set(dag.nodes):
+            missing, extra = sorted(set(dag.nodes) - set(placed)), sorted(set(placed) - set(dag.nodes))
+            raise PlanError(f"plan leaves nodes on no lane: {missing[:5]}; places unknown nodes: {extra[:5]}")
         pos = {n: i for ln in self.lanes for i, n in enumerate(ln)}
         handed = set(self.handoffs)
         for n in dag.nodes:
