@@ -1,14 +1,15 @@
 """``pathweave bench``: build every candidate, check it against eager, time all of them interleaved.
 
 Protocol (../shared/BENCHMARKS.md): build all, check outputs (max abs / rel diff; beyond tolerance
-the candidate is WRONG and not timed), warm up, then R rounds each running every candidate once in a
-rotating order; the median per candidate is reported with its speed-up over eager and its ratio to
-the best peer.
+the candidate is WRONG and not timed), warm up, then R rounds each running every candidate once, in
+a new (seeded) shuffled order each round and after an untimed idle gap; the median per candidate is
+reported with its speed-up over eager and its ratio to the best peer.
 """
 
 from __future__ import annotations
 
 import os
+import random
 import statistics
 import time
 from collections.abc import Callable
@@ -30,8 +31,10 @@ from .peers import PEERS, peer_names
 RTOL, ATOL = 1e-3, 1e-3
 WARMUP = 3
 #: idle time before each timed call, untimed: runtimes whose pool threads spin-wait after a call (ONNX
-#: Runtime, OpenVINO, OpenMP) would otherwise take the cores from the candidate timed next
-GAP_S = 0.02
+#: Runtime, OpenVINO, OpenMP) take the cores from the candidate timed next. Measured on GoogLeNet: our
+#: path right after an ONNX Runtime call ran 24.5 ms with no gap, 31 ms after 10 ms, 14.3 ms after
+#: 50 ms or more, and 13.9 ms with nothing before it.
+GAP_S = 0.05
 
 
 @dataclass
@@ -180,9 +183,10 @@ def _time_interleaved(
         if cand.sync:
             cand.sync()
     bar = Progress("timing", rounds, enabled=progress)
+    rng = random.Random(0)
     for r in range(rounds):
-        for i in range(len(built)):
-            cand = built[(i + r) % len(built)]
+        # a fresh order every round: a rotation would keep each candidate behind the same neighbour
+        for cand in rng.sample(built, len(built)):
             torch.set_num_threads(cand.threads)
             time.sleep(GAP_S)
             t0 = time.perf_counter()
