@@ -34,6 +34,11 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--candidates", help="comma-separated candidate names (default: all)")
     b.add_argument("--json", type=Path, help="write the full results as JSON here")
     b.add_argument("--quiet", action="store_true", help="no progress bars")
+    g = sub.add_parser("codegen", help="write a standalone parallel Python module (Ramiel lanes)")
+    g.add_argument("model", nargs="?", default=DEFAULT_MODEL, help=model_help)
+    g.add_argument("-o", "--output", type=Path, default=Path("parallel_model.py"))
+    g.add_argument("--batch", type=int, default=1)
+    g.add_argument("--lanes", type=int, default=2)
     t = sub.add_parser("table", help="markdown results table from bench --json files")
     t.add_argument("files", nargs="+", type=Path)
     return p
@@ -82,6 +87,37 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _codegen(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    import torch
+
+    from .analyze import build_dag
+    from .analyze.profile import measure_node_times
+    from .capture import capture
+    from .errors import InputError
+    from .report.codegen import write_module
+    from .schedule import plan_lanes
+    from .zoo.load import load_model
+
+    if args.lanes < 1:
+        raise InputError(f"--lanes must be >= 1, got {args.lanes}")
+    loaded = load_model(args.model, batch=args.batch)
+    captured = capture(loaded.model, *loaded.inputs, name=loaded.name)
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)  # each lane runs one intra-op thread: plan on 1-thread costs
+    try:
+        times = measure_node_times(dataclasses.replace(captured))
+    finally:
+        torch.set_num_threads(saved)
+    dag = build_dag(captured.gm)
+    plan = plan_lanes(dag, lambda n: times.get(n, 0.0), args.lanes)
+    plan.verify(dag)
+    module, weights = write_module(captured, plan, args.output)
+    print(f"wrote {module} and {weights}: {plan.summary()}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -89,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
             return _zoo()
         if args.command == "analyze":
             return _analyze(args)
+        if args.command == "codegen":
+            return _codegen(args)
         if args.command == "table":
             from .report.results import markdown_table
 

@@ -46,7 +46,7 @@ def _take(q: queue.SimpleQueue) -> Any:
     return v
 
 
-def _assign(gm: torch.fx.GraphModule, plan: LanePlan) -> dict[torch.fx.Node, int]:
+def lane_assignment(gm: torch.fx.GraphModule, plan: LanePlan) -> dict[torch.fx.Node, int]:
     """Lane of every compute node; tuple accesses (merged into their producer in the DAG) follow it."""
     lane_of = plan.lane_of()
     out: dict[torch.fx.Node, int] = {}
@@ -87,7 +87,7 @@ class LanesExecutor:
         self._finalizer = weakref.finalize(self, _stop, list(self._workers))
 
     def _generate(self) -> list[LaneSource]:
-        lane = _assign(self.gm, self.plan)
+        lane = lane_assignment(self.gm, self.plan)
         n_lanes = len(self.plan.lanes)
         outputs = list(next(n for n in self.gm.graph.nodes if n.op == "output").args[0])
         sends: dict[str, list[int]] = {}
