@@ -1,4 +1,4 @@
-"""Capture: nn.Module / ExportedProgram / .pt2 file -> one whole torch.fx graph with shapes.
+"""Capture: nn.Module / ExportedProgram / .pt2 or .onnx file -> one whole torch.fx graph with shapes.
 
 torch.export (non-strict) is tried first, fx symbolic tracing second. Either the whole model is
 captured and its outputs match eager on the example inputs, or ``CaptureError`` is raised: a partial
@@ -33,9 +33,15 @@ def capture(
 ) -> Captured:
     """Capture ``model`` called as ``model(*inputs, **kwargs)``.
 
-    ``model`` is an ``nn.Module``, a ``torch.export.ExportedProgram`` or a path to a ``.pt2`` file.
+    ``model`` is an ``nn.Module``, a ``torch.export.ExportedProgram`` or a path to a ``.pt2`` or
+    ``.onnx`` file (ONNX graphs are converted to ATen ops first; see ``capture.onnx``).
     ``method`` is "auto" (export, then fx), "export" or "fx".
     """
+    if isinstance(model, (str, os.PathLike)) and Path(model).suffix == ".onnx":
+        from .onnx import onnx_module
+
+        gm, onnx_inputs = onnx_module(Path(model), tuple(inputs) or None)
+        return capture(gm, *onnx_inputs, name=name or Path(model).stem, method=method, check=check)
     if isinstance(model, (str, os.PathLike)):
         model = _load_pt2(Path(model))
     if isinstance(model, ExportedProgram):
@@ -94,8 +100,6 @@ def _capture_program(ep: ExportedProgram, inputs: tuple, kwargs: dict, name: str
 def _load_pt2(path: Path) -> ExportedProgram:
     if not path.exists():
         raise InputError(f"no such file: {path}")
-    if path.suffix == ".onnx":
-        raise InputError(f"{path}: ONNX models are not accepted yet (planned with the Ramiel issue)")
     try:
         return torch.export.load(path)
     except Exception as exc:

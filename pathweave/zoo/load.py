@@ -31,7 +31,7 @@ def load_model(spec: str, batch: int = 1, small: bool = False, seed: int = 0) ->
     if rest and prefix == "hf":
         return _hf(rest, batch, small)
     if spec.endswith(".pt2") or Path(spec).suffix in (".pt2", ".onnx"):
-        return _pt2(Path(spec))
+        return _file(Path(spec), batch)
     entry = get(spec)
     return LoadedModel(spec, entry.build(seed), entry.example_inputs(batch, small))
 
@@ -85,11 +85,14 @@ def _hf(config: str, batch: int, small: bool) -> LoadedModel:
     return LoadedModel(f"hf:{config}", model, (ids,))
 
 
-def _pt2(path: Path) -> LoadedModel:
+def _file(path: Path, batch: int) -> LoadedModel:
     if not path.exists():
         raise UnknownModelError(f"no such model file: {path}")
     if path.suffix == ".onnx":
-        raise InputError(f"{path}: ONNX models are not accepted yet (planned with the Ramiel issue)")
+        from ..capture.onnx import onnx_module
+
+        gm, inputs = onnx_module(path, batch=batch)
+        return LoadedModel(path.stem, gm, inputs)
     try:
         ep = torch.export.load(path)
     except Exception as exc:
