@@ -8,11 +8,11 @@ from types import ModuleType
 import torch.fx
 
 from ..errors import PlanError
-from . import channels_last, fold_bn, fuse_conv, fuse_linear, merge_siblings
+from . import channels_last, fold_bn, fuse_conv, fuse_linear, merge_siblings, prune
 from .util import drop_unused_constants
 
 #: the sequential fast CPU path
-FAST_CPU: tuple[ModuleType, ...] = (fold_bn, merge_siblings, fuse_conv, fuse_linear, channels_last)
+FAST_CPU: tuple[ModuleType, ...] = (prune, fold_bn, merge_siblings, fuse_conv, fuse_linear, channels_last)
 
 
 @dataclass(frozen=True)
