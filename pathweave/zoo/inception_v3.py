@@ -10,17 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-
-class BasicConv2d(nn.Module):
-    """Convolution without bias, batch norm (eps 0.001), ReLU."""
-
-    def __init__(self, in_channels: int, out_channels: int, **kwargs: object) -> None:
-        super().__init__()
-        self.conv = nn.Conv2d(in_channels, out_channels, bias=False, **kwargs)
-        self.bn = nn.BatchNorm2d(out_channels, eps=0.001)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.relu(self.bn(self.conv(x)), inplace=True)
+from .blocks import BasicConv2d
 
 
 class InceptionA(nn.Module):
