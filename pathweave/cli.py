@@ -39,6 +39,11 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("-o", "--output", type=Path, default=Path("parallel_model.py"))
     g.add_argument("--batch", type=int, default=1)
     g.add_argument("--lanes", type=int, default=2)
+    pl = sub.add_parser("plan", help="Ramiel's clusters and lanes for a model: LC, + pruning, + cloning")
+    pl.add_argument("model", nargs="?", default=DEFAULT_MODEL, help=model_help)
+    pl.add_argument("--batch", type=int, default=1)
+    pl.add_argument("--lanes", type=int, default=2)
+    pl.add_argument("--json", type=Path, help="write the variants as JSON here")
     t = sub.add_parser("table", help="markdown results table from bench --json files")
     t.add_argument("files", nargs="+", type=Path)
     return p
@@ -87,6 +92,24 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _plan(args: argparse.Namespace) -> int:
+    from .capture import capture
+    from .errors import InputError
+    from .report.plan import format_variants, plan_variants
+    from .zoo.load import load_model
+
+    if args.lanes < 1:
+        raise InputError(f"--lanes must be >= 1, got {args.lanes}")
+    loaded = load_model(args.model, batch=args.batch)
+    captured = capture(loaded.model, *loaded.inputs, name=loaded.name)
+    variants = plan_variants(captured, args.lanes)
+    print(format_variants(loaded.name, args.lanes, variants))
+    if args.json:
+        args.json.write_text(json.dumps({"model": loaded.name, "lanes": args.lanes,
+                                         "variants": [v.to_dict() for v in variants]}, indent=2))  # fmt: skip
+    return 0
+
+
 def _codegen(args: argparse.Namespace) -> int:
     import dataclasses
 
@@ -125,6 +148,8 @@ def main(argv: list[str] | None = None) -> int:
             return _zoo()
         if args.command == "analyze":
             return _analyze(args)
+        if args.command == "plan":
+            return _plan(args)
         if args.command == "codegen":
             return _codegen(args)
         if args.command == "table":

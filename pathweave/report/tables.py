@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 
-def _table(header: list[str], rows: list[list[str]]) -> str:
+def table(header: list[str], rows: list[list[str]]) -> str:
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=True)]
     line = "  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))
     sep = "  ".join("-" * w for w in widths)
@@ -22,7 +22,7 @@ def format_analysis(d: dict[str, Any]) -> str:
     for p in ("2", "4", "16"):
         rows.append([f"speedup bound P={p}"] + [f"{c['speedup_bound'][p]:.2f}x" for _, c in cols])
     head = f"{d['model']}: {d['flops'] / 1e9:.2f} GFLOPs"
-    return head + "\n" + _table(["", *(name for name, _ in cols)], rows)
+    return head + "\n" + table(["", *(name for name, _ in cols)], rows)
 
 
 def format_bench(d: dict[str, Any]) -> str:
@@ -47,7 +47,7 @@ def format_bench(d: dict[str, Any]) -> str:
         f"{s['date']}\n{m.get('gpu') or m['cpu']}, {m['cores']} cores, torch {m['torch']}, "
         f"load {s['loadavg_before']} -> {s['loadavg_after']}"
     )
-    table = _table(
+    body = table(
         ["candidate", "status", "median ms", "vs eager", "vs best peer", "max abs diff", "note"], rows
     )
-    return head + "\n" + table
+    return head + "\n" + body
