@@ -2,7 +2,8 @@
 
 Protocol (../shared/BENCHMARKS.md): build all, check outputs (max abs / rel diff; beyond tolerance
 the candidate is WRONG and not timed), warm up, then R rounds each running every candidate once, in
-a new (seeded) shuffled order each round and after an untimed idle gap; the median per candidate is
+a new (seeded) shuffled order each round, each timed call preceded by an idle gap and one untimed
+call; the median per candidate is
 reported with its speed-up over eager and its ratio to the best peer.
 """
 
@@ -24,16 +25,17 @@ from ..machine import describe
 from ..report.progress import Progress
 from ..zoo.load import load_model
 from .candidate import Candidate, Skip, flatten_outputs
-from .peers import PEERS, peer_names
+from .peers import PEERS, peer_names, use_onnx_file
 
 #: a candidate is WRONG when any output differs from eager by more than RTOL * |eager| + ATOL * scale,
 #: scale being the largest magnitude of that eager output (fused kernels reorder float sums)
 RTOL, ATOL = 1e-3, 1e-3
 WARMUP = 3
-#: idle time before each timed call, untimed: runtimes whose pool threads spin-wait after a call (ONNX
-#: Runtime, OpenVINO, OpenMP) take the cores from the candidate timed next. Measured on GoogLeNet: our
-#: path right after an ONNX Runtime call ran 24.5 ms with no gap, 31 ms after 10 ms, 14.3 ms after
-#: 50 ms or more, and 13.9 ms with nothing before it.
+#: idle time, then one untimed call, before each timed call. Runtimes whose pool threads spin after a
+#: call (ONNX Runtime, OpenVINO, OpenMP) take the cores from whatever runs next: our GoogLeNet right
+#: after an ONNX Runtime call ran 24.5 ms, 14.3 ms after 50 ms idle. But idle threads also wake slowly:
+#: a 64x64 SqueezeNet ran 1.1 ms back to back and 13.5 ms after 50 ms idle (eager alike). The untimed
+#: call absorbs both, so every candidate is timed hot, as under steady load.
 GAP_S = 0.05
 
 
@@ -100,6 +102,8 @@ def run_bench(
     load_before = _loadavg()
     loaded = load_model(spec, batch=batch)
     model = loaded.model.module() if isinstance(loaded.model, torch.export.ExportedProgram) else loaded.model
+    if loaded.onnx is not None:  # ONNX Runtime and OpenVINO run the user's own file, not a re-export
+        use_onnx_file(model, loaded.inputs, loaded.onnx)
     ours = pathweave_builders(device)
     names = _select([*ours, *peer_names(device)], candidates)
     bar = Progress(f"build {loaded.name}", len(names) + 1, enabled=progress)
@@ -189,6 +193,9 @@ def _time_interleaved(
         for cand in rng.sample(built, len(built)):
             torch.set_num_threads(cand.threads)
             time.sleep(GAP_S)
+            cand.run()  # untimed: wakes this candidate's threads; a neighbour's spinning lands here
+            if cand.sync:
+                cand.sync()
             t0 = time.perf_counter()
             cand.run()
             if cand.sync:

@@ -265,6 +265,14 @@ def onnx_export(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> _Ex
     raise Skip("ONNX export failed (" + "; ".join(errors) + ")")
 
 
+def use_onnx_file(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], data: bytes) -> None:
+    """Make the ONNX peers run ``data`` (the user's own .onnx file) for ``model`` instead of an export."""
+    onnx = _optional("onnx", "onnx")
+    proto = onnx.load_from_string(data)
+    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 0)
+    _ONNX_CACHE[_export_key(model, inputs)] = _Export(weakref.ref(model), data, "original file", opset, 0.0)
+
+
 def _numpy_inputs(inputs: tuple[torch.Tensor, ...]) -> list[Any]:
     return [t.detach().to("cpu").contiguous().numpy() for t in inputs]
 

@@ -17,6 +17,7 @@ class LoadedModel:
     name: str
     model: Any  # nn.Module or torch.export.ExportedProgram
     inputs: tuple[torch.Tensor, ...]
+    onnx: bytes | None = None  # the original ONNX file, when the model came from one
 
 
 def load_model(spec: str, batch: int = 1, small: bool = False, seed: int = 0) -> LoadedModel:
@@ -92,7 +93,7 @@ def _file(path: Path, batch: int) -> LoadedModel:
         from ..capture.onnx import onnx_module
 
         gm, inputs = onnx_module(path, batch=batch)
-        return LoadedModel(path.stem, gm, inputs)
+        return LoadedModel(path.stem, gm, inputs, path.read_bytes())
     try:
         ep = torch.export.load(path)
     except Exception as exc:
