@@ -11,7 +11,7 @@ import torch
 
 from .analyze import Analysis, analyze_captured
 from .capture import Captured, capture
-from .errors import InputError, UnsupportedError
+from .errors import InputError, PathweaveError
 from .execute import LanesStrategy, SequentialExecutor
 
 #: strategies ``optimize`` knows; bench candidates are named "pathweave:<strategy>"
@@ -69,12 +69,18 @@ def optimize(
             raise InputError("strategy 'lanes' runs on CPU; use 'sequential' on CUDA")
         if strategy == "lanes":
             return LanesStrategy(captured)
+        sequential = SequentialExecutor(captured, device=device)
         try:
             lanes = LanesStrategy(captured)
-        except UnsupportedError as exc:
+        except PathweaveError as exc:
             warnings.warn(f"auto: lanes not possible, running sequentially ({exc})", stacklevel=2)
-            return SequentialExecutor(captured, device=device)
-        return _faster(SequentialExecutor(captured, device=device), lanes, captured)
+            return sequential
+        try:
+            return _faster(sequential, lanes, captured)
+        except PathweaveError as exc:
+            lanes.close()
+            warnings.warn(f"auto: lanes failed while timed, running sequentially ({exc})", stacklevel=2)
+            return sequential
     return SequentialExecutor(captured, device=device)
 
 

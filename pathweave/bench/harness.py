@@ -98,7 +98,23 @@ def run_bench(
     progress: bool = True,
 ) -> BenchReport:
     threads = threads or os.cpu_count() or 1
+    saved = torch.get_num_threads()
     torch.set_num_threads(threads)
+    try:
+        return _run(spec, candidates, rounds, threads, device, batch, progress)
+    finally:
+        torch.set_num_threads(saved)
+
+
+def _run(
+    spec: str,
+    candidates: list[str] | None,
+    rounds: int,
+    threads: int,
+    device: str,
+    batch: int,
+    progress: bool,
+) -> BenchReport:
     load_before = _loadavg()
     loaded = load_model(spec, batch=batch)
     model = loaded.model.module() if isinstance(loaded.model, torch.export.ExportedProgram) else loaded.model
@@ -167,11 +183,13 @@ def _check(cand: Candidate, reference: list[torch.Tensor], result: Result) -> No
         if g.shape != r.shape:
             result.status, result.note = "WRONG", f"output shape {tuple(g.shape)}, eager {tuple(r.shape)}"
             return
+        nan_mismatch = g.isnan() != r.isnan()  # NaN compares False with everything: check it apart
+        g, r = torch.where(nan_mismatch, torch.inf, g.nan_to_num(0.0)), r.nan_to_num(0.0)
         diff = (g - r).abs()
         abs_d = max(abs_d, diff.max().item())
         rel_d = max(rel_d, (diff / r.abs().clamp_min(1e-6)).max().item())
         scale = r.abs().max().item()
-        wrong |= bool((diff > RTOL * r.abs() + ATOL * max(scale, 1e-6)).any())
+        wrong |= bool(nan_mismatch.any()) or bool((diff > RTOL * r.abs() + ATOL * max(scale, 1e-6)).any())
     result.max_abs_diff, result.max_rel_diff = abs_d, rel_d
     if wrong:
         result.status = "WRONG"

@@ -16,11 +16,11 @@ import torch
 import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 
-from ..errors import CaptureError, InputError
+from ..errors import CaptureError, InputError, UnsupportedError
 from .export import export_program, from_exported
 from .graph import Captured
 from .shapes import TensorSpec, tensor_spec, tensor_specs
-from .trace import TraceFailure, trace_module
+from .trace import TraceFailure, first_line, trace_module
 
 __all__ = ["Captured", "TensorSpec", "capture", "tensor_spec", "tensor_specs"]
 
@@ -54,13 +54,14 @@ def capture(
         raise InputError(f"unknown capture method {method!r}; use 'auto', 'export' or 'fx'")
     name = name or type(model).__name__
     _check_inputs(inputs, kwargs, name)
-    was_training = model.training
+    modes = {m: m.training for m in model.modules()}  # restored one by one: a caller may mix modes
     model.eval()
     try:
         expected = _run_eager(model, inputs, kwargs, name)
         captured = _capture_module(model, inputs, kwargs, name, method)
     finally:
-        model.train(was_training)
+        for m, training in modes.items():
+            m.training = training
     if check:
         _check_outputs(captured, expected)
     return captured
@@ -72,8 +73,10 @@ def _capture_module(model: torch.nn.Module, inputs: tuple, kwargs: dict, name: s
         try:
             ep = export_program(model, inputs, kwargs)
             return from_exported(ep, pytree.tree_leaves((inputs, kwargs)), name)
+        except UnsupportedError:
+            raise  # a model pathweave must refuse, not one fx tracing would capture better
         except Exception as exc:
-            reasons.append(f"torch.export failed{_user_frame(exc)}: {_first_line(exc)}")
+            reasons.append(f"torch.export failed{_user_frame(exc)}: {first_line(exc)}")
     if method in ("auto", "fx"):
         if kwargs:
             reasons.append("fx tracing takes positional tensor inputs only")
@@ -103,7 +106,7 @@ def _load_pt2(path: Path) -> ExportedProgram:
     try:
         return torch.export.load(path)
     except Exception as exc:
-        raise InputError(f"{path} is not a torch.export .pt2 file: {_first_line(exc)}") from exc
+        raise InputError(f"{path} is not a torch.export .pt2 file: {first_line(exc)}") from exc
 
 
 def _check_inputs(inputs: tuple, kwargs: dict, name: str) -> None:
@@ -122,7 +125,7 @@ def _run_eager(model: torch.nn.Module, inputs: tuple, kwargs: dict, name: str) -
     except Exception as exc:
         sig = ", ".join(f"{tuple(t.shape)} {t.dtype}" for t in pytree.tree_leaves((inputs, kwargs)))
         raise InputError(
-            f"{name} fails on the example inputs ({sig}){_user_frame(exc)}: {_first_line(exc)}"
+            f"{name} fails on the example inputs ({sig}){_user_frame(exc)}: {first_line(exc)}"
         ) from exc
 
 
@@ -151,8 +154,3 @@ def _user_frame(exc: BaseException) -> str:
         return ""
     f = frames[-1]
     return f" at {Path(f.filename).name}:{f.lineno} ({(f.line or '').strip()})"
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
-    return f"{type(exc).__name__}: {lines[0] if lines else ''}"

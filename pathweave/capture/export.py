@@ -32,7 +32,15 @@ def from_exported(ep: ExportedProgram, example: list[torch.Tensor], name: str) -
     ``run_decompositions`` re-traces the whole model (4 s of NASNet's 6), so it runs only when needed.
     """
     if _mutates(ep):
-        ep = ep.run_decompositions({})
+        ep = ep.run_decompositions({})  # functional now: buffer updates show in the signature
+    mutated = dict(ep.graph_signature.buffers_to_mutate)
+    if mutated:  # a model that updates its own state per call is not an inference graph
+        from ..errors import UnsupportedError
+
+        names = sorted(set(mutated.values()))
+        message = (f"{name} updates its buffers {names} when called; pathweave captures inference "
+                   "graphs whose state does not change between calls")  # fmt: skip
+        raise UnsupportedError(message, names)
     src = ep.graph_module
     root = torch.nn.Module()
     graph = torch.fx.Graph()

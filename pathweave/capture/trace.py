@@ -37,7 +37,7 @@ def trace_module(model: torch.nn.Module, args: tuple, name: str) -> Captured:
         graph = tracer.trace(model)
     except Exception as exc:
         where = tracer.stack[-1] if tracer.stack else f"<root> ({type(model).__name__})"
-        raise TraceFailure(where, _first_line(exc)) from exc
+        raise TraceFailure(where, first_line(exc)) from exc
     gm = torch.fx.GraphModule(tracer.root, graph, class_name=f"{name}_graph")
     with torch.no_grad():
         ShapeProp(gm).propagate(*args)
@@ -56,6 +56,6 @@ def _flatten_output(gm: torch.fx.GraphModule, out_spec: pytree.TreeSpec) -> None
     gm.recompile()
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}"

@@ -23,9 +23,11 @@ import torch
 import torch.fx
 
 from ..analyze.ops import mutates
-from ..errors import ExecutionError, UnsupportedError
+from ..errors import ExecutionError, PlanError, UnsupportedError
 from ..schedule.plan import LanePlan
 from .codegen import LaneSource, lane_source
+from .outputs import aliased_outputs, copy_aliased
+from .sequential import _threads
 
 
 class _Poison:
@@ -56,7 +58,9 @@ def lane_assignment(gm: torch.fx.GraphModule, plan: LanePlan) -> dict[torch.fx.N
         if node.name in lane_of:
             out[node] = lane_of[node.name]
         else:  # a getitem merged into its producer
-            producer = next(a for a in node.all_input_nodes if a in out)
+            producer = next((a for a in node.all_input_nodes if a in out), None)
+            if producer is None:
+                raise PlanError(f"the plan places no lane for node {node.format_node()}")
             out[node] = out[producer]
     return out
 
@@ -85,6 +89,8 @@ class LanesExecutor:
         self._fns = [self._compile(i, s) for i, s in enumerate(self._sources)]
         self._workers = [_Worker(i, self) for i in range(1, len(self._fns))]
         self._finalizer = weakref.finalize(self, _stop, list(self._workers))
+        self._closed = False
+        self._aliased = aliased_outputs(gm)
 
     def _generate(self) -> list[LaneSource]:
         lane = lane_assignment(self.gm, self.plan)
@@ -122,18 +128,21 @@ class LanesExecutor:
 
     def run_flat(self, flat: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
         with self._lock:
+            if self._closed:
+                raise ExecutionError("this lanes executor was closed; build a new one")
+            for w in self._workers:  # a call interrupted while it waited: let its lanes finish first
+                while w.pending:
+                    w.done.get()
+                    w.pending -= 1
             for q in self.queues:  # leftovers of a failed call
                 while not q.empty():
                     q.get()
-            saved = torch.get_num_threads()
-            torch.set_num_threads(self.threads_per_lane)
-            try:
-                return self._run_locked(flat)
-            finally:
-                torch.set_num_threads(saved)
+            with _threads(self.threads_per_lane):
+                return copy_aliased(self._run_locked(flat), self._aliased)
 
     def _run_locked(self, flat: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
         for w in self._workers:
+            w.pending += 1
             w.start.put(flat)
         errors: list[tuple[int, BaseException]] = []
         result = None
@@ -145,8 +154,12 @@ class LanesExecutor:
             errors.append((0, exc))
         for w in self._workers:
             exc = w.done.get()
+            w.pending -= 1
             if exc is not None:
                 errors.append((w.lane, exc))
+        for _, exc in errors:  # an interrupt is not the model's error: pass it on as it is
+            if not isinstance(exc, Exception):
+                raise exc
         real = [(ln, e) for ln, e in errors if not isinstance(e, _UpstreamFailed)]
         if real:
             raise self._error(*real[0]) from real[0][1]
@@ -168,7 +181,9 @@ class LanesExecutor:
         return ExecutionError(f"lane {lane}: node {where} raised {type(exc).__name__}: {exc}", node=node)
 
     def close(self) -> None:
-        self._finalizer()
+        with self._lock:
+            self._closed = True
+            self._finalizer()
 
 
 def _lane_by_name(lane: dict[torch.fx.Node, int], name: str) -> int:
@@ -178,6 +193,7 @@ def _lane_by_name(lane: dict[torch.fx.Node, int], name: str) -> int:
 class _Worker:
     def __init__(self, lane: int, ex: LanesExecutor) -> None:
         self.lane = lane
+        self.pending = 0  # calls started on this lane and not yet collected
         self.start: queue.SimpleQueue = queue.SimpleQueue()
         self.done: queue.SimpleQueue = queue.SimpleQueue()
         fn, threads = ex._fns[lane], ex.threads_per_lane

@@ -20,6 +20,7 @@ import torch.fx
 from ..capture.graph import Captured
 from ..errors import ExecutionError
 from ..transform import FAST_CPU, PassReport, run_pipeline
+from .outputs import aliased_outputs, copy_aliased
 
 #: the fast path must agree with the captured graph within these on the example inputs
 FAST_RTOL, FAST_ATOL = 1e-3, 1e-4
@@ -42,6 +43,7 @@ class SequentialExecutor:
         self.threads = threads or torch.get_num_threads()
         with _threads(self.threads):
             self.gm = self._build(fast)
+        self._aliased = aliased_outputs(self.gm)
 
     def _build(self, fast: bool) -> torch.fx.GraphModule:
         gm = copy.deepcopy(self.captured.gm).to(self.device)
@@ -66,7 +68,7 @@ class SequentialExecutor:
     def run_flat(self, flat: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
         with torch.inference_mode(), _threads(self.threads):
             try:
-                return self.gm(*flat)
+                return copy_aliased(self.gm(*flat), self._aliased)
             except Exception as exc:
                 raise locate_failure(self.gm, flat, exc) from exc
 

@@ -184,11 +184,13 @@ def _lane_function(
                 body.append(f"_Q[{qi}].put({node.name})  # to lane {target}")
     if outputs is not None:
         for out in outputs:
+            if out.op == "get_attr" and out.name not in used_weights:
+                used_weights.append(out.name)
             if out.name not in have and (out.name, ln) in queues:
                 body.append(f"{out.name} = _get(_Q[{queues[(out.name, ln)]}])  # from lane {lane[out]}")
         body.append(f"return ({''.join(o.name + ', ' for o in outputs)})")
     head = [f"{w} = _W[{w!r}]" for w in used_weights]
-    lines = "\n".join("    " + ln_ for ln_ in head + body)
+    lines = "\n".join("    " + ln_ for ln_ in head + body or ["pass"])
     return f"\ndef lane_{ln}({', '.join(inputs)}):\n{lines}\n"
 
 

@@ -57,7 +57,10 @@ def plan_lanes(dag: Dag, weight: Callable[[str], float], lanes: int, handoff: fl
     lc = linear_clustering(dag, weight, handoff)
     merged = merge_clusters(dag, lc, weight, handoff)
     lane_of, makespan = map_to_lanes(dag, merged, weight, lanes, handoff)
-    by_lane: list[list[str]] = [[] for _ in range(lanes)]
+    used = sorted(set(lane_of.values()), key=lambda ln: (ln != 0, ln))  # lane 0 stays first
+    renumber = {ln: i for i, ln in enumerate(used)}  # an empty lane would cost a thread for nothing
+    lane_of = {n: renumber[ln] for n, ln in lane_of.items()}
+    by_lane: list[list[str]] = [[] for _ in range(max(len(used), 1))]
     for n in dag.nodes:
         by_lane[lane_of[n]].append(n)
     handoffs = dict.fromkeys(

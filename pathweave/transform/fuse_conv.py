@@ -57,6 +57,7 @@ def propose(gm: torch.fx.GraphModule) -> list[FuseConv]:
             user is not None
             and user.target == aten.add.Tensor
             and len(user.args) == 2
+            and not user.kwargs  # add(..., alpha=2) is not the plain sum oneDNN fuses
             and user not in claimed
         ):
             cand = user.args[1] if user.args[0] is conv else user.args[0]

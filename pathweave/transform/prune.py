@@ -40,6 +40,8 @@ def _is_identity(node: torch.fx.Node) -> bool:
 def _foldable(gm: torch.fx.GraphModule, node: torch.fx.Node, folded: set[str]) -> bool:
     if node.op != "call_function" or node.target in _IMPURE or not node.all_input_nodes:
         return False
+    if torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ()):
+        return False  # rand_like, normal, native_dropout, ...
     if getattr(getattr(node.target, "_schema", None), "is_mutable", False):
         return False
     return all(constant(gm, a) is not None or a.name in folded for a in node.all_input_nodes)

@@ -1,0 +1,23 @@
+"""Outputs that must not be handed out as they are."""
+
+from __future__ import annotations
+
+import torch
+import torch.fx
+
+
+def aliased_outputs(gm: torch.fx.GraphModule) -> frozenset[int]:
+    """Positions of outputs that are a constant of the graph or one of its inputs: returned as they
+    are, a caller writing into them would change the next call's result (or their own input)."""
+    out = next(n for n in gm.graph.nodes if n.op == "output")
+    values = out.args[0] if isinstance(out.args[0], (tuple, list)) else (out.args[0],)
+    return frozenset(i for i, v in enumerate(values) if isinstance(v, torch.fx.Node) and
+                     v.op in ("get_attr", "placeholder"))  # fmt: skip
+
+
+def copy_aliased(outputs: tuple, positions: frozenset[int]) -> tuple:
+    if not positions:
+        return outputs
+    return tuple(
+        o.clone() if i in positions and isinstance(o, torch.Tensor) else o for i, o in enumerate(outputs)
+    )
