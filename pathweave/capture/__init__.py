@@ -16,6 +16,7 @@ import torch
 import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 
+from ..compare import mismatch
 from ..errors import CaptureError, InputError, UnsupportedError
 from .export import export_program, from_exported
 from .graph import Captured
@@ -133,16 +134,12 @@ def _check_outputs(captured: Captured, expected: Any) -> None:
     with torch.no_grad():
         got = captured.gm(*captured.example_inputs)
     want = [t for t in pytree.tree_leaves(expected) if isinstance(t, torch.Tensor)]
-    if len(got) != len(want):
-        raise CaptureError(f"{captured.name}: captured graph returns {len(got)} tensors, eager {len(want)}")
-    for i, (g, w) in enumerate(zip(got, want, strict=True)):
-        if g.shape != w.shape or not torch.allclose(g, w, rtol=CHECK_RTOL, atol=CHECK_ATOL, equal_nan=True):
-            diff = (g.float() - w.float()).abs().max().item() if g.shape == w.shape else float("nan")
-            raise CaptureError(
-                f"{captured.name}: captured graph differs from eager at output {i} "
-                f"(shape {tuple(g.shape)} vs {tuple(w.shape)}, max abs diff {diff:.3g}); "
-                "the model may depend on state or Python values that capture cannot see"
-            )
+    problem = mismatch(list(got), want, CHECK_RTOL, CHECK_ATOL)
+    if problem:
+        raise CaptureError(
+            f"{captured.name}: the captured graph differs from eager: {problem}; the model may depend "
+            "on state or Python values that capture cannot see"
+        )
 
 
 def _user_frame(exc: BaseException) -> str:

@@ -56,3 +56,11 @@ class Captured:
         """Stable hash of the graph's code and input signature, for caches."""
         sig = ";".join(f"{tuple(t.shape)}:{t.dtype}" for t in self.example_inputs)
         return hashlib.sha256((self.gm.code + sig).encode()).hexdigest()[:16]
+
+
+def attr_value(gm: torch.fx.GraphModule, target: str) -> Any:
+    """What a ``get_attr`` node with this target reads (``a.b.c`` walks submodules)."""
+    obj: Any = gm
+    for part in str(target).split("."):
+        obj = getattr(obj, part)
+    return obj

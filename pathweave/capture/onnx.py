@@ -16,6 +16,7 @@ from typing import Any
 import torch
 import torch.fx
 
+from ..compare import mismatch
 from ..errors import CaptureError, InputError, UnsupportedError, require
 from .onnx_ops import CONVERTERS, split_sizes
 
@@ -147,7 +148,6 @@ def _check_against_ort(path: Path, gm: torch.fx.GraphModule, inputs: tuple[torch
     want = sess.run(None, feed)
     with torch.no_grad():
         got = gm(*inputs)
-    for i, (g, w) in enumerate(zip(got, want, strict=True)):
-        w = torch.from_numpy(w)
-        if g.shape != w.shape or not torch.allclose(g.float(), w.float(), rtol=ORT_RTOL, atol=ORT_ATOL):
-            raise CaptureError(f"{path.name}: converted output {i} differs from ONNX Runtime")
+    problem = mismatch(list(got), [torch.from_numpy(w) for w in want], ORT_RTOL, ORT_ATOL)
+    if problem:
+        raise CaptureError(f"{path.name}: the converted graph differs from ONNX Runtime: {problem}")

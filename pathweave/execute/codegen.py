@@ -14,6 +14,8 @@ from typing import Any
 import torch
 import torch.fx
 
+from ..capture.graph import attr_value
+
 _LITERALS = (int, bool, str, type(None))
 
 
@@ -131,7 +133,4 @@ def _bind_attrs(gm: torch.fx.GraphModule, b: _Binder, lines: list[str]) -> None:
     source = "\n".join(lines)
     for node in gm.graph.nodes:
         if node.op == "get_attr" and f"v_{node.name}" in source:
-            obj: Any = gm
-            for part in str(node.target).split("."):
-                obj = getattr(obj, part)
-            b.globals[f"v_{node.name}"] = obj
+            b.globals[f"v_{node.name}"] = attr_value(gm, str(node.target))

@@ -18,6 +18,7 @@ import torch
 import torch.fx
 
 from ..capture.graph import Captured
+from ..compare import mismatch
 from ..errors import ExecutionError
 from ..transform import FAST_CPU, PassReport, run_pipeline
 from .outputs import aliased_outputs, copy_aliased
@@ -88,11 +89,8 @@ def _threads(n: int) -> Iterator[None]:
 
 def _compare(gm: torch.fx.GraphModule, ref: torch.fx.GraphModule, inputs: tuple) -> str | None:
     with torch.inference_mode():
-        got, want = gm(*inputs), ref(*inputs)
-    for i, (g, w) in enumerate(zip(got, want, strict=True)):
-        if not torch.allclose(g, w, rtol=FAST_RTOL, atol=FAST_ATOL):
-            return f"output {i} differs from the captured graph by {(g - w).abs().max().item():.3g}"
-    return None
+        problem = mismatch(list(gm(*inputs)), list(ref(*inputs)), FAST_RTOL, FAST_ATOL)
+    return f"{problem} against the captured graph" if problem else None
 
 
 def locate_failure(gm: torch.fx.GraphModule, flat: list[torch.Tensor], exc: Exception) -> ExecutionError:

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from ..capture.graph import Captured
+from ..capture.graph import Captured, attr_value
 from ..execute.lanes import lane_assignment, refuse_inplace
 from ..schedule.plan import LanePlan
 
@@ -145,7 +145,9 @@ def generate(captured: Captured, plan: LanePlan, weights_file: str, threads: int
             want = 0 if user.op == "output" else lane.get(user)
             if want is not None and want != ln:
                 queues.setdefault((node.name, want), len(queues))
-    weights = {n.name: _attr(gm, n) for n in gm.graph.nodes if n.op == "get_attr"}
+    weights = {
+        n.name: attr_value(gm, str(n.target)).detach().clone() for n in gm.graph.nodes if n.op == "get_attr"
+    }
     nodes = {n.name: n for n in gm.graph.nodes}
     parts = [_HEADER.format(name=captured.name, lanes=n_lanes, summary=plan.summary(), weights=weights_file,
                             queues=len(queues))]  # fmt: skip
@@ -192,13 +194,6 @@ def _lane_function(
     head = [f"{w} = _W[{w!r}]" for w in used_weights]
     lines = "\n".join("    " + ln_ for ln_ in head + body or ["pass"])
     return f"\ndef lane_{ln}({', '.join(inputs)}):\n{lines}\n"
-
-
-def _attr(gm: torch.fx.GraphModule, node: torch.fx.Node) -> torch.Tensor:
-    obj: Any = gm
-    for part in str(node.target).split("."):
-        obj = getattr(obj, part)
-    return obj.detach().clone()
 
 
 def write_module(captured: Captured, plan: LanePlan, path: Path, threads: int = 1) -> tuple[Path, Path]:

@@ -7,15 +7,15 @@ from typing import Any
 import torch
 import torch.fx
 
+from ..capture.graph import attr_value
+
 aten = torch.ops.aten
 
 
 def constant(gm: torch.fx.GraphModule, node: Any) -> torch.Tensor | None:
     """The tensor behind a ``get_attr`` node, or None for anything computed at run time."""
     if isinstance(node, torch.fx.Node) and node.op == "get_attr":
-        obj = gm
-        for part in str(node.target).split("."):
-            obj = getattr(obj, part)
+        obj = attr_value(gm, str(node.target))
         return obj if isinstance(obj, torch.Tensor) else None
     return None
 
