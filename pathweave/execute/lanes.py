@@ -65,6 +65,17 @@ def lane_assignment(gm: torch.fx.GraphModule, plan: LanePlan) -> dict[torch.fx.N
     return out
 
 
+def handoff_queues(lane: dict[torch.fx.Node, int]) -> dict[tuple[str, int], int]:
+    """One queue per (value, lane that needs it from another lane); graph outputs go to lane 0."""
+    queues: dict[tuple[str, int], int] = {}
+    for node, ln in lane.items():
+        for user in node.users:
+            want = 0 if user.op == "output" else lane.get(user)
+            if want is not None and want != ln:
+                queues.setdefault((node.name, want), len(queues))
+    return queues
+
+
 def refuse_inplace(gm: torch.fx.GraphModule, name: str = "graph") -> None:
     """Lanes order data edges only; a write into a value another lane reads could land at any time."""
     inplace = [n for n in gm.graph.nodes if mutates(n, gm)]
@@ -96,15 +107,10 @@ class LanesExecutor:
         lane = lane_assignment(self.gm, self.plan)
         n_lanes = len(self.plan.lanes)
         outputs = list(next(n for n in self.gm.graph.nodes if n.op == "output").args[0])
+        self.queue_index = handoff_queues(lane)
         sends: dict[str, list[int]] = {}
-        for node, ln in lane.items():
-            for user in node.users:
-                want = 0 if user.op == "output" else lane.get(user)
-                if want is not None and want != ln and want not in sends.setdefault(node.name, []):
-                    sends[node.name].append(want)
-        self.queue_index = {
-            (n, t): i for i, (n, t) in enumerate((n, t) for n, ts in sends.items() for t in ts)
-        }
+        for n, t in self.queue_index:
+            sends.setdefault(n, []).append(t)
         self.queues: list[queue.SimpleQueue] = [queue.SimpleQueue() for _ in self.queue_index]
         self.outgoing = [[i for (n, t), i in self.queue_index.items() if _lane_by_name(lane, n) == ln]
                          for ln in range(n_lanes)]  # fmt: skip
