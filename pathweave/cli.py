@@ -92,50 +92,36 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def _plan(args: argparse.Namespace) -> int:
+def _captured(args: argparse.Namespace):
+    """The CLI's model argument, checked and captured (for the commands that plan lanes)."""
     from .capture import capture
     from .errors import InputError
-    from .report.plan import format_variants, plan_variants
     from .zoo.load import load_model
 
     if args.lanes < 1:
         raise InputError(f"--lanes must be >= 1, got {args.lanes}")
     loaded = load_model(args.model, batch=args.batch)
-    captured = capture(loaded.model, *loaded.inputs, name=loaded.name)
+    return capture(loaded.model, *loaded.inputs, name=loaded.name)
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from .report.plan import format_variants, plan_variants
+
+    captured = _captured(args)
     variants = plan_variants(captured, args.lanes)
-    print(format_variants(loaded.name, args.lanes, variants))
+    print(format_variants(captured.name, args.lanes, variants))
     if args.json:
-        args.json.write_text(json.dumps({"model": loaded.name, "lanes": args.lanes,
+        args.json.write_text(json.dumps({"model": captured.name, "lanes": args.lanes,
                                          "variants": [v.to_dict() for v in variants]}, indent=2))  # fmt: skip
     return 0
 
 
 def _codegen(args: argparse.Namespace) -> int:
-    import dataclasses
-
-    import torch
-
-    from .analyze import build_dag
-    from .analyze.profile import measure_node_times
-    from .capture import capture
-    from .errors import InputError
     from .report.codegen import write_module
-    from .schedule import plan_lanes
-    from .zoo.load import load_model
+    from .report.plan import lc_plan
 
-    if args.lanes < 1:
-        raise InputError(f"--lanes must be >= 1, got {args.lanes}")
-    loaded = load_model(args.model, batch=args.batch)
-    captured = capture(loaded.model, *loaded.inputs, name=loaded.name)
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)  # each lane runs one intra-op thread: plan on 1-thread costs
-    try:
-        times = measure_node_times(dataclasses.replace(captured))
-    finally:
-        torch.set_num_threads(saved)
-    dag = build_dag(captured.gm)
-    plan = plan_lanes(dag, lambda n: times.get(n, 0.0), args.lanes)
-    plan.verify(dag)
+    captured = _captured(args)
+    plan = lc_plan(captured, args.lanes)
     module, weights = write_module(captured, plan, args.output)
     print(f"wrote {module} and {weights}: {plan.summary()}")
     return 0

@@ -18,6 +18,7 @@ import torch.fx
 from ..analyze import build_dag
 from ..analyze.profile import measure_node_times
 from ..capture.graph import Captured
+from ..execute.sequential import _threads
 from ..schedule import plan_lanes
 from ..schedule.plan import LanePlan
 from ..transform import clone, prune
@@ -44,9 +45,7 @@ class PlanVariant:
 
 def plan_variants(captured: Captured, lanes: int) -> list[PlanVariant]:
     """LC, LC + pruning, LC + pruning + cloning on ``lanes`` lanes (times measured on 1 thread)."""
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with _threads(1):
         plain = _variant("LC", captured.gm, captured, lanes)
         pruned_gm = copy.deepcopy(captured.gm)
         run_pipeline(pruned_gm, (prune,))
@@ -56,9 +55,13 @@ def plan_variants(captured: Captured, lanes: int) -> list[PlanVariant]:
         cloned_gm.graph.lint()
         cloned_gm.recompile()
         cloned = _variant("LC + pruning + cloning", cloned_gm, captured, lanes, origin)
-    finally:
-        torch.set_num_threads(saved)
     return [plain, pruned, cloned]
+
+
+def lc_plan(captured: Captured, lanes: int) -> LanePlan:
+    """Ramiel's plan for the captured graph as it is, on measured 1-thread op times (verified)."""
+    with _threads(1):
+        return _variant("LC", captured.gm, captured, lanes).plan
 
 
 def _variant(
