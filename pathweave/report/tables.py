@@ -39,15 +39,27 @@ def format_bench(d: dict[str, Any]) -> str:
             f"{eager / ms:.2f}x" if ms and eager else "-",
             f"{ms / best_peer:.2f}" if ms and best_peer else "-",
             f"{c['max_abs_diff']:.1e}" if c["max_abs_diff"] is not None else "-",
+            f"{c['max_rel_diff']:.1e}" if c.get("max_rel_diff") is not None else "-",
             c["note"][:60],
         ])  # fmt: skip
     m, s = d["machine"], d["settings"]
     head = (
         f"{d['model']}  batch {s['batch']}  {s['device']}  {s['threads']} threads  {s['rounds']} rounds  "
         f"{s['date']}\n{m.get('gpu') or m['cpu']}, {m['cores']} cores, torch {m['torch']}, "
+        f"onnxruntime {m.get('onnxruntime', '-')}, openvino {m.get('openvino', '-')}, "
         f"load {s['loadavg_before']} -> {s['loadavg_after']}"
     )
     body = table(
-        ["candidate", "status", "median ms", "vs eager", "vs best peer", "max abs diff", "note"], rows
+        [
+            "candidate",
+            "status",
+            "median ms",
+            "vs eager",
+            "vs best peer",
+            "max abs diff",
+            "max rel diff",
+            "note",
+        ],
+        rows,
     )
     return head + "\n" + body
