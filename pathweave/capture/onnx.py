@@ -110,7 +110,7 @@ def onnx_module(path: Path, inputs: tuple[torch.Tensor, ...] | None = None, batc
     for node in model.graph.node:
         try:
             b.convert(node, _attributes(node, helper))
-            _propagate(b, node)
+            _propagate(b)
         except NotImplementedError as exc:
             message = f"{path.name}: {node.op_type} node {node.name!r}: {exc}"
             raise UnsupportedError(message, [node.op_type]) from exc
@@ -122,14 +122,19 @@ def onnx_module(path: Path, inputs: tuple[torch.Tensor, ...] | None = None, batc
     return gm, inputs
 
 
-def _propagate(b: _Builder, node: Any) -> None:
-    """Run the nodes just added on the example values, so later converters can read shapes."""
-    for n in b.graph.nodes:
-        if n.op == "call_function" and "val" not in n.meta:
-            args = torch.fx.node.map_arg(n.args, lambda a: a.meta["val"])
-            kwargs = torch.fx.node.map_arg(n.kwargs, lambda a: a.meta["val"])
-            with torch.no_grad():
-                n.meta["val"] = n.target(*args, **kwargs)
+def _propagate(b: _Builder) -> None:
+    """Run the nodes a converter just appended on the example values, so later converters can read
+    shapes. New nodes sit at the end of the graph, after the last node that has a value."""
+    new = []
+    for n in reversed(b.graph.nodes):
+        if "val" in n.meta:
+            break
+        new.append(n)
+    for n in reversed(new):
+        args = torch.fx.node.map_arg(n.args, lambda a: a.meta["val"])
+        kwargs = torch.fx.node.map_arg(n.kwargs, lambda a: a.meta["val"])
+        with torch.no_grad():
+            n.meta["val"] = n.target(*args, **kwargs)
 
 
 def _check_against_ort(path: Path, gm: torch.fx.GraphModule, inputs: tuple[torch.Tensor, ...]) -> None:

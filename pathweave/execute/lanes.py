@@ -76,6 +76,17 @@ def handoff_queues(lane: dict[torch.fx.Node, int]) -> dict[tuple[str, int], int]
     return queues
 
 
+def queues_fed_by(
+    lane: dict[torch.fx.Node, int], queues: dict[tuple[str, int], int], n_lanes: int
+) -> list[list[int]]:
+    """For each lane, the queues it puts into (poisoned when it fails)."""
+    lane_by_name = {n.name: ln for n, ln in lane.items()}
+    fed: list[list[int]] = [[] for _ in range(n_lanes)]
+    for (name, _), qi in queues.items():
+        fed[lane_by_name[name]].append(qi)
+    return fed
+
+
 def refuse_inplace(gm: torch.fx.GraphModule, name: str = "graph") -> None:
     """Lanes order data edges only; a write into a value another lane reads could land at any time."""
     inplace = [n for n in gm.graph.nodes if mutates(n, gm)]
@@ -112,8 +123,7 @@ class LanesExecutor:
         for n, t in self.queue_index:
             sends.setdefault(n, []).append(t)
         self.queues: list[queue.SimpleQueue] = [queue.SimpleQueue() for _ in self.queue_index]
-        self.outgoing = [[i for (n, t), i in self.queue_index.items() if _lane_by_name(lane, n) == ln]
-                         for ln in range(n_lanes)]  # fmt: skip
+        self.outgoing = queues_fed_by(lane, self.queue_index, n_lanes)
         sources = []
         for ln in range(n_lanes):
             nodes = [n for n in self.gm.graph.nodes if lane.get(n) == ln]
@@ -190,10 +200,6 @@ class LanesExecutor:
         with self._lock:
             self._closed = True
             self._finalizer()
-
-
-def _lane_by_name(lane: dict[torch.fx.Node, int], name: str) -> int:
-    return next(ln for n, ln in lane.items() if n.name == name)
 
 
 class _Worker:
