@@ -12,7 +12,7 @@ import torch
 from .analyze import Analysis, analyze_captured
 from .capture import Captured, capture
 from .errors import InputError, PathweaveError
-from .execute import LanesStrategy, SequentialExecutor
+from .execute import LanesStrategy, SequentialExecutor, build_lanes
 
 #: strategies ``optimize`` knows; bench candidates are named "pathweave:<strategy>"
 STRATEGIES = ("auto", "sequential", "lanes")
@@ -23,12 +23,25 @@ AUTO_ROUNDS = 7
 def _captured(model: Any, inputs: tuple, kwargs: dict) -> Captured:
     if isinstance(model, Captured):
         return model
+    model, inputs, name = _resolve(model, inputs)
+    return capture(model, *inputs, name=name, **kwargs)
+
+
+def _resolve(model: Any, inputs: tuple) -> tuple[Any, tuple, str | None]:
+    """A zoo name without inputs becomes the zoo model and its example inputs."""
     if isinstance(model, str) and not inputs:
         from .zoo.load import load_model
 
         loaded = load_model(model)
-        return capture(loaded.model, *loaded.inputs, name=loaded.name)
-    return capture(model, *inputs, **kwargs)
+        return loaded.model, tuple(loaded.inputs), loaded.name
+    return model, inputs, None
+
+
+def _recapture(model: Any, kwargs: dict, name: str) -> Any:
+    """How hyperclustering captures the model again at a sub-batch size (None where it cannot)."""
+    if isinstance(model, Captured) or kwargs:
+        return None
+    return lambda sub: capture(model, *sub, name=name)
 
 
 def analyze(model: Any, *inputs: Any, measure: bool = False, **kwargs: Any) -> Analysis:
@@ -46,7 +59,8 @@ def optimize(
     """A callable that returns ``model``'s outputs, run by the chosen strategy.
 
     - "sequential": the fast sequential path (all intra-op threads on one operator at a time).
-    - "lanes": Ramiel's clusters on lanes of one intra-op thread each, run at once.
+    - "lanes": Ramiel's clusters on lanes of one intra-op thread each, run at once; for a batch > 1,
+      hyperclusters (the batch split into groups, the groups' graphs interleaved on the lanes).
     - "auto": builds both and keeps the faster one, timed here on the example inputs, so it is
       never slower than "sequential" (on CUDA, "sequential" until a GPU strategy lands).
 
@@ -55,7 +69,11 @@ def optimize(
     """
     if strategy not in STRATEGIES:
         raise InputError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
-    captured = _captured(model, inputs, kwargs)
+    if isinstance(model, Captured):
+        captured = model
+    else:
+        model, inputs, name = _resolve(model, inputs)
+        captured = capture(model, *inputs, name=name, **kwargs)
     if device is None:
         device = str(captured.example_inputs[0].device) if captured.example_inputs else "cpu"
     if torch.device(device).type == "cuda" and not torch.cuda.is_available():
@@ -67,11 +85,12 @@ def optimize(
     if strategy == "lanes" or (strategy == "auto" and torch.device(device).type == "cpu"):
         if torch.device(device).type != "cpu":
             raise InputError("strategy 'lanes' runs on CPU; use 'sequential' on CUDA")
+        recapture = _recapture(model, kwargs, captured.name)
         if strategy == "lanes":
-            return LanesStrategy(captured)
+            return build_lanes(captured, recapture)
         sequential = SequentialExecutor(captured, device=device)
         try:
-            lanes = LanesStrategy(captured)
+            lanes = build_lanes(captured, recapture)
         except PathweaveError as exc:
             warnings.warn(f"auto: lanes not possible, running sequentially ({exc})", stacklevel=2)
             return sequential

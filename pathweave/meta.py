@@ -11,6 +11,8 @@ from dataclasses import dataclass
 COST = "pathweave.cost"
 #: ``float``: measured time of one node in microseconds (from one profiling run).
 TIME_US = "pathweave.time_us"
+#: ``Replica``: the sub-batch a node of a hyperclustered graph computes, and the node it copies.
+REPLICA = "pathweave.replica"
 
 
 @dataclass(frozen=True)
@@ -21,3 +23,12 @@ class NodeCost:
     bytes: int
     weight: float
     kind: str  # "conv", "matmul", "pool", "elementwise", "reduction", "view", "other"
+
+
+@dataclass(frozen=True)
+class Replica:
+    """A node of a graph replicated per sub-batch: ``group`` is the sub-batch (0..copies-1); ``of`` names
+    the node of the sub-batch graph it copies ("" for the slice that feeds the group its inputs)."""
+
+    group: int
+    of: str

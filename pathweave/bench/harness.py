@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from ..capture import capture
-from ..execute import LanesStrategy, SequentialExecutor
+from ..execute import SequentialExecutor, build_lanes
 from ..machine import describe
 from ..report.progress import Progress
 from ..zoo.load import load_model
@@ -71,19 +71,19 @@ class BenchReport:
 def pathweave_builders(device: str) -> dict[str, Callable[..., Candidate]]:
     """The pathweave strategies that exist today, as bench candidates."""
 
-    def sequential(captured: Any, threads: int) -> Candidate:
+    def sequential(captured: Any, threads: int, recapture: Any = None) -> Candidate:
         ex = SequentialExecutor(captured, device=device)
         flat = [t.to(device) for t in captured.example_inputs]
         passes = ", ".join(f"{p.name}:{p.rewrites}" for p in ex.passes) or "no rewrites"
         return Candidate("pathweave:sequential", "pathweave", lambda: ex.run_flat(flat), threads, note=passes)
 
-    def lanes(captured: Any, threads: int) -> Candidate:
+    def lanes(captured: Any, threads: int, recapture: Any = None) -> Candidate:
         if device != "cpu":
             raise Skip("lanes run on CPU")
-        strat = LanesStrategy(captured, threads=threads)
+        strat = build_lanes(captured, recapture, threads=threads)
         flat = list(captured.example_inputs)
         return Candidate("pathweave:lanes", "pathweave", lambda: strat.run_flat(flat), threads,
-                         note=strat.plan.summary())  # fmt: skip
+                         note=strat.summary())  # fmt: skip
 
     return {"pathweave:sequential": sequential, "pathweave:lanes": lanes}
 
@@ -136,7 +136,7 @@ def _run(
         results[name] = Result(name, kind, "ok", threads=threads)
         try:
             cand = (
-                ours[name](captured, threads)
+                ours[name](captured, threads, lambda sub: capture(loaded.model, *sub, name=loaded.name))
                 if name in ours
                 else PEERS[name](model, loaded.inputs, threads, device)
             )

@@ -5,6 +5,8 @@ from __future__ import annotations
 import copy
 import dataclasses
 import os
+import warnings
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -12,9 +14,15 @@ import torch
 from ..analyze import build_dag
 from ..analyze.profile import measure_node_times
 from ..capture.graph import Captured
+from ..compare import mismatch
+from ..errors import PlanError
+from ..meta import REPLICA
+from ..schedule.hyper import plan_hyper
 from ..schedule.plan import LanePlan
+from ..transform import replicate
+from ..transform.replicate import Split
 from .lanes import LanesExecutor, refuse_inplace
-from .sequential import SequentialExecutor, _threads
+from .sequential import FAST_ATOL, FAST_RTOL, SequentialExecutor, _threads
 
 
 class LanesStrategy:
@@ -41,6 +49,13 @@ class LanesStrategy:
         self.plan, self.cloned = _plan(gm, times, self.lanes, clone)
         self.executor = LanesExecutor(gm, self.plan, self.threads_per_lane)
 
+    @property
+    def batch_split(self) -> int:
+        return 1
+
+    def summary(self) -> str:
+        return self.plan.summary()
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         flat = self.captured.flatten_inputs(args, kwargs)
         return self.captured.out_spec_unflatten(self.run_flat(flat))
@@ -50,6 +65,88 @@ class LanesStrategy:
 
     def close(self) -> None:
         self.executor.close()
+
+
+class HyperLanesStrategy(LanesStrategy):
+    """Hyperclustering for batch > 1: ``sub`` is the model captured at the sub-batch size; its fast
+    rewritten graph is replicated once per group of the batch (``transform.replicate``), checked against
+    the whole-batch graph, and the replicas are planned onto the lanes (``schedule.hyper``: plain,
+    switched or ours, whichever simulates shortest)."""
+
+    def __init__(
+        self,
+        captured: Captured,
+        sub: Captured,
+        split: Split,
+        lanes: int | None = None,
+        threads: int | None = None,
+    ) -> None:
+        refuse_inplace(captured.gm, captured.name)
+        budget = threads or torch.get_num_threads() or os.cpu_count() or 1
+        self.lanes = max(1, min(lanes or budget, budget))
+        self.threads_per_lane = max(1, budget // self.lanes)
+        self.captured, self.split, self.cloned = captured, split, 0
+        self.sequential = SequentialExecutor(sub, threads=self.threads_per_lane)
+        self.passes = self.sequential.passes
+        with _threads(self.threads_per_lane):
+            sub_times = measure_node_times(dataclasses.replace(sub, gm=self.sequential.gm))
+            gm = replicate.apply(self.sequential.gm, captured.gm, split)
+            _check_replicated(gm, captured)
+        replica = {n.name: n.meta[REPLICA] for n in gm.graph.nodes if REPLICA in n.meta}
+        dag = build_dag(gm)
+
+        def weight(n: str) -> float:
+            return sub_times.get(replica[n].of, 0.0) if n in replica else 0.0
+
+        sub_dag = build_dag(self.sequential.gm)
+        self.variant, self.variants = plan_hyper(dag, replica, sub_dag, weight, self.lanes)
+        self.plan = self.variants[self.variant]
+        self.plan.verify(dag)
+        self.executor = LanesExecutor(gm, self.plan, self.threads_per_lane)
+
+    @property
+    def batch_split(self) -> int:
+        return self.split.copies
+
+    def summary(self) -> str:
+        sims = ", ".join(f"{v} {p.makespan_us / 1e3:.1f}" for v, p in self.variants.items())
+        groups = f"{self.split.copies} groups of {self.split.sub_batch}"
+        return (
+            f"hyperclusters: {groups}, variant {self.variant} (simulated ms: {sims}); {self.plan.summary()}"
+        )
+
+
+def build_lanes(
+    captured: Captured,
+    recapture: Callable[[tuple[torch.Tensor, ...]], Captured] | None = None,
+    threads: int | None = None,
+) -> LanesStrategy:
+    """Lanes for ``captured``; for a batch > 1 that splits into groups, hyperclustered lanes, with
+    ``recapture(inputs)`` capturing the model at the sub-batch size. Where that is not possible (no
+    ``recapture``, a graph fixed to one batch size, an output without a batch dimension), plain lanes
+    on the whole batch, with a warning saying why."""
+    budget = threads or torch.get_num_threads() or os.cpu_count() or 1
+    split = replicate.propose(captured.example_inputs, budget)
+    if split is None:
+        return LanesStrategy(captured, threads=threads)
+    why = "the model cannot be captured again at the sub-batch size"
+    if recapture is not None:
+        try:
+            sub = recapture(split.slices(captured.example_inputs, 0))
+            return HyperLanesStrategy(captured, sub, split, threads=threads)
+        except Exception as exc:  # any failure here costs the hyperclusters, never the answer
+            why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+    warnings.warn(f"{captured.name}: no hyperclustering for batch {split.batch}, plain lanes ({why})",
+                  stacklevel=2)  # fmt: skip
+    return LanesStrategy(captured, threads=threads)
+
+
+def _check_replicated(gm: torch.fx.GraphModule, captured: Captured) -> None:
+    with torch.inference_mode():
+        problem = mismatch(list(gm(*captured.example_inputs)), list(captured.gm(*captured.example_inputs)),
+                           FAST_RTOL, FAST_ATOL)  # fmt: skip
+    if problem:
+        raise PlanError(f"{captured.name}: the graph replicated per sub-batch is wrong: {problem}")
 
 
 def _plan(gm: torch.fx.GraphModule, times: dict[str, float], lanes: int, clone: bool) -> tuple[LanePlan, int]:

@@ -57,6 +57,18 @@ def plan_lanes(dag: Dag, weight: Callable[[str], float], lanes: int, handoff: fl
     lc = linear_clustering(dag, weight, handoff)
     merged = merge_clusters(dag, lc, weight, handoff)
     lane_of, makespan = map_to_lanes(dag, merged, weight, lanes, handoff)
+    return plan_from_lanes(dag, lane_of, weight, len(lc), len(merged), makespan)
+
+
+def plan_from_lanes(
+    dag: Dag,
+    lane_of: dict[str, int],
+    weight: Callable[[str], float],
+    clusters_lc: int,
+    clusters_merged: int,
+    makespan: float,
+) -> LanePlan:
+    """The plan that runs every node on its lane in graph order; empty lanes are dropped, lane 0 kept."""
     used = sorted(set(lane_of.values()), key=lambda ln: (ln != 0, ln))  # lane 0 stays first
     renumber = {ln: i for i, ln in enumerate(used)}  # an empty lane would cost a thread for nothing
     lane_of = {n: renumber[ln] for n, ln in lane_of.items()}
@@ -67,4 +79,6 @@ def plan_lanes(dag: Dag, weight: Callable[[str], float], lanes: int, handoff: fl
         (p, lane_of[n]) for n in dag.nodes for p in dag.preds[n] if lane_of[p] != lane_of[n]
     )
     total = sum(weight(n) for n in dag.nodes)
-    return LanePlan(tuple(tuple(b) for b in by_lane), tuple(handoffs), len(lc), len(merged), makespan, total)
+    return LanePlan(
+        tuple(tuple(b) for b in by_lane), tuple(handoffs), clusters_lc, clusters_merged, makespan, total
+    )

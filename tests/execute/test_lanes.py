@@ -22,7 +22,7 @@ from pathweave import optimize, zoo
 from pathweave.analyze import build_dag
 from pathweave.capture import Captured, capture
 from pathweave.errors import ExecutionError, UnsupportedError
-from pathweave.execute import LanesStrategy
+from pathweave.execute import HyperLanesStrategy, LanesStrategy
 from pathweave.execute.lanes import LanesExecutor
 from pathweave.schedule import LanePlan
 
@@ -52,12 +52,16 @@ def _lane_threads() -> list[threading.Thread]:
 
 def _check_zoo(zoo_cache, outputs_close, name: str, batch: int) -> None:
     captured = zoo_cache.captured(name, batch)
+    inputs = zoo_cache.inputs(name, batch)
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)  # a fallback to the plain graph would warn
-        lanes = optimize(captured, strategy="lanes")
+        # from the model, so that a batch > 1 can be captured again per group (hyperclusters)
+        lanes = optimize(zoo_cache.model(name), *inputs, strategy="lanes") if batch > 1 else (
+            optimize(captured, strategy="lanes"))  # fmt: skip
     try:
         assert isinstance(lanes, LanesStrategy)
-        inputs = zoo_cache.inputs(name, batch)
+        if batch > 1 and torch.get_num_threads() >= 2:
+            assert isinstance(lanes, HyperLanesStrategy) and lanes.batch_split == 2
         outputs_close(list(lanes.run_flat(list(inputs))), zoo_cache.eager(name, batch), RTOL, ATOL_SCALE)
         outputs_close(lanes(*inputs), captured(*inputs), RTOL, ATOL_SCALE)
     finally:
@@ -346,6 +350,46 @@ def test_optimize_lanes_on_a_small_model(rig: TowersRig, outputs_close) -> None:
         outputs_close(got, rig.eager(inputs), RTOL, ATOL_SCALE)
     finally:
         lanes.close()
+
+
+class BatchSum(nn.Module):
+    """Its output sums over the batch, so the groups of a hyperclustered batch cannot be joined."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.left, self.right = nn.Linear(DIM, DIM), nn.Linear(DIM, DIM)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (torch.relu(self.left(x)) + torch.tanh(self.right(x))).sum(0)
+
+
+def test_hyperclusters_when_the_batch_splits(rig: TowersRig, outputs_close) -> None:
+    inputs = _towers_inputs(6, batch=8)
+    lanes = optimize(rig.model, *inputs, strategy="lanes")
+    try:
+        if torch.get_num_threads() >= 2:
+            assert isinstance(lanes, HyperLanesStrategy) and lanes.batch_split == 2
+            assert "hyperclusters: 2 groups of 4" in lanes.summary()
+        outputs_close(lanes(*inputs), rig.eager(inputs), RTOL, ATOL_SCALE)
+    finally:
+        lanes.close()
+
+
+@pytest.mark.skipif(torch.get_num_threads() < 2, reason="one lane: no batch split is proposed")
+def test_no_hyperclusters_falls_back_to_plain_lanes_loudly(outputs_close) -> None:
+    model = _seeded(BatchSum)
+    x = torch.randn(8, DIM, generator=torch.Generator().manual_seed(7))
+    with pytest.warns(UserWarning, match="no hyperclustering for batch 8, plain lanes"):
+        lanes = optimize(model, x, strategy="lanes")
+    try:
+        assert not isinstance(lanes, HyperLanesStrategy)
+        with torch.no_grad():
+            outputs_close(lanes(x), model(x), RTOL, ATOL_SCALE)
+    finally:
+        lanes.close()
+    with pytest.warns(UserWarning, match="cannot be captured again"):  # a Captured graph has no model
+        lanes = optimize(capture(_seeded(Towers), *_towers_inputs(8, batch=4)), strategy="lanes")
+    lanes.close()
 
 
 def test_optimize_auto_keeps_the_faster(rig: TowersRig, outputs_close) -> None:
