@@ -31,7 +31,11 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--rounds", type=int, default=20)
     b.add_argument("--threads", type=int, default=None, help="thread budget (default: all cores)")
     b.add_argument("--device", default="cpu")
-    b.add_argument("--candidates", help="comma-separated candidate names (default: all)")
+    b.add_argument(
+        "--candidates",
+        help="comma-separated candidate names or groups (default: all but the Ramiel variants; 'ramiel': "
+        "the peers, pathweave and Ramiel's LC, LC+pruning, LC+cloning, LC+intra-op lanes)",
+    )
     b.add_argument("--json", type=Path, help="write the full results as JSON here")
     b.add_argument("--quiet", action="store_true", help="no progress bars")
     g = sub.add_parser("codegen", help="write a standalone parallel Python module (Ramiel lanes)")

@@ -9,20 +9,23 @@ reported with its speed-up over eager and its ratio to the best peer.
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import statistics
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from types import ModuleType
 from typing import Any
 
 import torch
 
 from ..capture import capture
-from ..execute import SequentialExecutor, build_lanes
+from ..execute import LanesStrategy, SequentialExecutor, build_lanes
 from ..machine import describe
 from ..report.progress import Progress
+from ..transform import prune
 from ..zoo.load import load_model
 from .candidate import Candidate, Skip, flatten_outputs
 from .peers import PEERS, peer_names, use_onnx_file
@@ -85,7 +88,46 @@ def pathweave_builders(device: str) -> dict[str, Callable[..., Candidate]]:
         return Candidate("pathweave:lanes", "pathweave", lambda: strat.run_flat(flat), threads,
                          note=strat.summary())  # fmt: skip
 
-    return {"pathweave:sequential": sequential, "pathweave:lanes": lanes}
+    builders = {"pathweave:sequential": sequential, "pathweave:lanes": lanes}
+    for name, (pipeline, clone, lane_threads) in RAMIEL_VARIANTS.items():
+        builders[name] = functools.partial(_ramiel_variant, name, pipeline, clone, lane_threads, device)
+    return builders
+
+
+#: Ramiel's Tables IV-VII as bench candidates (run with ``--candidates ramiel``): lanes on the captured
+#: graph as it is (LC), after pruning, with cloning too, and with intra-op threads in each lane; none of
+#: them uses the fast CPU rewrites or hyperclusters. Values: (rewrites, cloning, threads per lane).
+RAMIEL_VARIANTS: dict[str, tuple[tuple[ModuleType, ...], bool, int]] = {
+    "pathweave:lc": ((), False, 1),
+    "pathweave:lc+prune": ((prune,), False, 1),
+    "pathweave:lc+clone": ((prune,), True, 1),
+    "pathweave:lc+intra": ((prune,), True, 2),
+}
+#: candidate groups ``--candidates`` accepts; the Ramiel variants run only when asked for
+GROUPS = {
+    "ramiel": ["eager:1t", "eager", "ort:seq", "openvino", "pathweave:sequential", "pathweave:lanes",
+               *RAMIEL_VARIANTS],
+}  # fmt: skip
+
+
+def _ramiel_variant(
+    name: str,
+    pipeline: tuple[ModuleType, ...],
+    clone: bool,
+    lane_threads: int,
+    device: str,
+    captured: Any,
+    threads: int,
+    recapture: Any = None,
+) -> Candidate:
+    if device != "cpu":
+        raise Skip("lanes run on CPU")
+    if threads // lane_threads < 2:
+        raise Skip(f"{lane_threads} intra-op threads per lane need at least {2 * lane_threads} threads")
+    strat = LanesStrategy(captured, lanes=threads // lane_threads, threads=threads, clone=clone,
+                          pipeline=pipeline)  # fmt: skip
+    flat = list(captured.example_inputs)
+    return Candidate(name, "pathweave", lambda: strat.run_flat(flat), threads, note=strat.summary())
 
 
 def run_bench(
@@ -158,9 +200,10 @@ def _run(
 
 def _select(available: list[str], wanted: list[str] | None) -> list[str]:
     if not wanted:
-        return available
+        return [a for a in available if a not in RAMIEL_VARIANTS]
     from ..errors import InputError
 
+    wanted = [w for group in wanted for w in GROUPS.get(group, [group])]
     unknown = [w for w in wanted if w not in available]
     if unknown:
         raise InputError(f"unknown bench candidates {unknown}; available here: {', '.join(available)}")

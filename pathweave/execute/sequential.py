@@ -12,6 +12,7 @@ import contextlib
 import copy
 import warnings
 from collections.abc import Iterator
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -33,7 +34,12 @@ class SequentialExecutor:
     strategy = "sequential"
 
     def __init__(
-        self, captured: Captured, device: str = "cpu", fast: bool = True, threads: int | None = None
+        self,
+        captured: Captured,
+        device: str = "cpu",
+        fast: bool = True,
+        threads: int | None = None,
+        pipeline: tuple[ModuleType, ...] = FAST_CPU,
     ) -> None:
         self.captured = captured
         self.device = torch.device(device)
@@ -43,16 +49,16 @@ class SequentialExecutor:
         # those weights then run on 1). So the executor owns its thread count and applies it per call.
         self.threads = threads or torch.get_num_threads()
         with _threads(self.threads):
-            self.gm = self._build(fast)
+            self.gm = self._build(pipeline if fast else ())
         self._aliased = aliased_outputs(self.gm)
 
-    def _build(self, fast: bool) -> torch.fx.GraphModule:
+    def _build(self, pipeline: tuple[ModuleType, ...]) -> torch.fx.GraphModule:
         gm = copy.deepcopy(self.captured.gm).to(self.device)
-        if not fast or self.device.type != "cpu":
+        if not pipeline or self.device.type != "cpu":
             return gm
         reference = copy.deepcopy(gm)
         try:
-            self.passes = run_pipeline(gm, FAST_CPU)
+            self.passes = run_pipeline(gm, pipeline)
             problem = _compare(gm, reference, self.captured.example_inputs)
         except Exception as exc:  # a rewrite that breaks must cost speed, never the answer
             problem = f"a rewrite failed ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})"

@@ -7,6 +7,7 @@ import dataclasses
 import os
 import warnings
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -19,7 +20,7 @@ from ..errors import PlanError
 from ..meta import REPLICA
 from ..schedule.hyper import plan_hyper
 from ..schedule.plan import LanePlan
-from ..transform import replicate
+from ..transform import FAST_CPU, replicate
 from ..transform.replicate import Split
 from .lanes import LanesExecutor, refuse_inplace
 from .sequential import FAST_ATOL, FAST_RTOL, SequentialExecutor, _threads
@@ -33,15 +34,23 @@ class LanesStrategy:
     strategy = "lanes"
 
     def __init__(
-        self, captured: Captured, lanes: int | None = None, threads: int | None = None, clone: bool = True
+        self,
+        captured: Captured,
+        lanes: int | None = None,
+        threads: int | None = None,
+        clone: bool = True,
+        pipeline: tuple[ModuleType, ...] = FAST_CPU,
     ) -> None:
+        """``threads`` is the thread budget (default: torch's), ``lanes`` how many lanes share it (default:
+        one intra-op thread per lane); ``pipeline`` the rewrites before planning (default: the fast CPU
+        path; Ramiel's variants use none or pruning alone); ``clone`` allows bounded task cloning."""
         refuse_inplace(captured.gm, captured.name)
         budget = threads or torch.get_num_threads() or os.cpu_count() or 1
         self.lanes = max(1, min(lanes or budget, budget))
         self.threads_per_lane = max(1, budget // self.lanes)
         self.captured = captured
         # weights packed for the thread count each lane runs with (see SequentialExecutor)
-        self.sequential = SequentialExecutor(captured, threads=self.threads_per_lane)
+        self.sequential = SequentialExecutor(captured, threads=self.threads_per_lane, pipeline=pipeline)
         self.passes = self.sequential.passes
         gm = self.sequential.gm
         with _threads(self.threads_per_lane):
