@@ -15,7 +15,7 @@ from .errors import InputError, PathweaveError
 from .execute import LanesStrategy, SequentialExecutor, build_lanes
 
 #: strategies ``optimize`` knows; bench candidates are named "pathweave:<strategy>"
-STRATEGIES = ("auto", "sequential", "lanes")
+STRATEGIES = ("auto", "sequential", "lanes", "stacks")
 #: rounds per candidate when "auto" times sequential against lanes
 AUTO_ROUNDS = 7
 
@@ -61,7 +61,9 @@ def optimize(
     - "sequential": the fast sequential path (all intra-op threads on one operator at a time).
     - "lanes": Ramiel's clusters on lanes of one intra-op thread each, run at once; for a batch > 1,
       hyperclusters (the batch split into groups, the groups' graphs interleaved on the lanes).
-    - "auto": builds both and keeps the faster one, timed here on the example inputs, so it is
+    - "stacks": the sequential path with chains of element-wise and pooling layers run depth first by
+      generated C kernels (BrainSlug); CPU only.
+    - "auto": builds sequential and lanes and keeps the faster one, timed here on the example inputs, so it is
       never slower than "sequential" (on CUDA, "sequential" until a GPU strategy lands).
 
     The graph is captured for the shapes and dtypes of ``inputs``; calling the result with others
@@ -82,6 +84,12 @@ def optimize(
         warnings.warn(
             f"{captured.name}: captured by fx tracing; the fast CPU path needs torch.export", stacklevel=2
         )
+    if strategy == "stacks":
+        if torch.device(device).type != "cpu":
+            raise InputError("strategy 'stacks' runs on CPU so far; use 'sequential' on CUDA")
+        from .execute.stacks import StacksStrategy
+
+        return StacksStrategy(captured)
     if strategy == "lanes" or (strategy == "auto" and torch.device(device).type == "cpu"):
         if torch.device(device).type != "cpu":
             raise InputError("strategy 'lanes' runs on CPU; use 'sequential' on CUDA")

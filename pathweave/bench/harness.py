@@ -88,7 +88,17 @@ def pathweave_builders(device: str) -> dict[str, Callable[..., Candidate]]:
         return Candidate("pathweave:lanes", "pathweave", lambda: strat.run_flat(flat), threads,
                          note=strat.summary())  # fmt: skip
 
-    builders = {"pathweave:sequential": sequential, "pathweave:lanes": lanes}
+    def stacks(captured: Any, threads: int, recapture: Any = None) -> Candidate:
+        if device != "cpu":
+            raise Skip("stacks run on CPU")
+        from ..execute.stacks import StacksStrategy
+
+        strat = StacksStrategy(captured, threads=threads)
+        flat = list(captured.example_inputs)
+        return Candidate("pathweave:stacks", "pathweave", lambda: strat.run_flat(flat), threads,
+                         note=strat.summary())  # fmt: skip
+
+    builders = {"pathweave:sequential": sequential, "pathweave:lanes": lanes, "pathweave:stacks": stacks}
     for name, (pipeline, clone, lane_threads) in RAMIEL_VARIANTS.items():
         builders[name] = functools.partial(_ramiel_variant, name, pipeline, clone, lane_threads, device)
     return builders

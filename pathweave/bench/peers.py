@@ -132,6 +132,24 @@ def build_eager(
     return _eager("eager", model, inputs, threads)
 
 
+def build_eager_channels_last(
+    model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], threads: int, device: str
+) -> Candidate:
+    """PyTorch eager on channels_last weights; 4-d inputs are converted inside the timed call (as
+    pathweave's stacks convert theirs), since the caller hands over NCHW tensors."""
+    _need_cpu("eager:cl", device)
+    model = copy.deepcopy(_on_device(model, "cpu")).to(memory_format=torch.channels_last)
+    inputs = _inputs_on(inputs, "cpu")
+
+    def run() -> Any:
+        with torch.inference_mode():
+            return model(
+                *(x.contiguous(memory_format=torch.channels_last) if x.dim() == 4 else x for x in inputs)
+            )
+
+    return Candidate("eager:cl", "peer", run, threads, note=f"channels_last, {threads} thread(s)")
+
+
 # ------------------------------------------------------------------------------------ torch.compile (CPU)
 
 
@@ -491,6 +509,7 @@ def build_cuda_compile_ro(
 PEERS: dict[str, Builder] = {
     "eager:1t": build_eager_1t,
     "eager": build_eager,
+    "eager:cl": build_eager_channels_last,
     "compile": build_compile,
     "compile:freezing": build_compile_freezing,
     "ort:seq": build_ort_seq,
@@ -501,7 +520,16 @@ PEERS: dict[str, Builder] = {
     "cuda:compile-ro": build_cuda_compile_ro,
 }
 
-_CPU_PEERS = {"eager:1t", "eager", "compile", "compile:freezing", "ort:seq", "ort:par", "openvino"}
+_CPU_PEERS = {
+    "eager:1t",
+    "eager",
+    "eager:cl",
+    "compile",
+    "compile:freezing",
+    "ort:seq",
+    "ort:par",
+    "openvino",
+}
 _CUDA_PEERS = {"ort:seq", "cuda:eager", "cuda:graph", "cuda:compile-ro"}  # ORT_PARALLEL is CPU-only
 
 

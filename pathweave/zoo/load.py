@@ -33,6 +33,8 @@ def load_model(spec: str, batch: int = 1, small: bool = False, seed: int = 0) ->
         return _hf(rest, batch, small)
     if spec.endswith(".pt2") or Path(spec).suffix in (".pt2", ".onnx"):
         return _file(Path(spec), batch)
+    if prefix == "poolstack":
+        return _poolstack(rest, batch, small, seed)
     entry = get(spec)
     return LoadedModel(spec, entry.build(seed), entry.example_inputs(batch, small))
 
@@ -104,3 +106,20 @@ def _file(path: Path, batch: int) -> LoadedModel:
     if kwargs:
         raise InputError(f"{path}: keyword example inputs are not supported by the CLI")
     return LoadedModel(path.stem, ep, tuple(args))
+
+
+def _poolstack(blocks: str, batch: int, small: bool, seed: int) -> LoadedModel:
+    """BrainSlug's synthetic network, ``poolstack`` (10 blocks) or ``poolstack:N``, batch norms calibrated."""
+    from . import _calibrate_norms, poolstack
+
+    if blocks and not blocks.isdigit():
+        raise InputError(f"poolstack:N takes a number of blocks, got {blocks!r}")
+    n = int(blocks or 10)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = poolstack.build(n)
+        _calibrate_norms(model, poolstack.example_inputs(2, False))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(1234)
+        inputs = poolstack.example_inputs(batch, small)
+    return LoadedModel("poolstack" + (f":{n}" if blocks else ""), model.eval(), inputs)

@@ -13,7 +13,7 @@ from pathweave.bench.candidate import Candidate, Skip, flatten_outputs
 from pathweave.errors import InputError
 
 THREADS = 2
-CPU_FAST = ["eager:1t", "eager", "ort:seq", "ort:par", "openvino"]
+CPU_FAST = ["eager:1t", "eager", "eager:cl", "ort:seq", "ort:par", "openvino"]
 CPU_COMPILE = ["compile", "compile:freezing"]
 CUDA_ONLY = ["cuda:eager", "cuda:graph", "cuda:compile-ro"]
 

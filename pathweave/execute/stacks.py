@@ -1,0 +1,45 @@
+"""The stacks strategy: the fast sequential path with BrainSlug's stacks collapsed into generated kernels."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from ..capture.graph import Captured
+from ..transform import FAST_CPU
+from ..transform.stacks import Policy
+from .sequential import SequentialExecutor
+
+
+class StacksStrategy(SequentialExecutor):
+    """``SequentialExecutor`` whose pipeline ends with the stacks pass (``max_steps`` per sequence; None:
+    unrestricted). Where the stacks cannot be built (no C compiler) or do not match, it runs the fast
+    path without them, with a warning."""
+
+    strategy = "stacks"
+
+    def __init__(self, captured: Captured, threads: int | None = None, max_steps: int | None = None) -> None:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            super().__init__(captured, threads=threads, pipeline=(*FAST_CPU, Policy(max_steps)))
+        if any("fast CPU path disabled" in str(w.message) for w in caught):
+            why = next(str(w.message) for w in caught if "fast CPU path disabled" in str(w.message))
+            warnings.warn(f"{captured.name}: stacks not used ({why})", stacklevel=2)
+            super().__init__(captured, threads=threads)
+        else:
+            for w in caught:
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+
+    @property
+    def stacks(self) -> list[Any]:
+        return [m for m in self.gm.modules() if type(m).__name__ == "StackModule"]
+
+    def summary(self) -> str:
+        layers = sum(len(s.steps) for m in self.stacks for s in m.sequences)
+        seqs = sum(len(m.sequences) for m in self.stacks)
+        return f"{len(self.stacks)} stacks, {layers} steps in {seqs} sequences; " + ", ".join(
+            f"{p.name}:{p.rewrites}" for p in self.passes
+        )
+
+
+__all__ = ["StacksStrategy"]
