@@ -95,7 +95,7 @@ def _threads(n: int) -> Iterator[None]:
 
 def _compare(gm: torch.fx.GraphModule, ref: torch.fx.GraphModule, inputs: tuple) -> str | None:
     with torch.inference_mode():
-        problem = mismatch(list(gm(*inputs)), list(ref(*inputs)), FAST_RTOL, FAST_ATOL)
+        problem = mismatch(list(gm(*inputs)), list(ref(*inputs)), FAST_RTOL, FAST_ATOL, scale_atol=True)
     return f"{problem} against the captured graph" if problem else None
 
 
