@@ -50,3 +50,25 @@ def cache_dir() -> Path:
         return Path(env)
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "pathweave"
+
+
+#: L2 size assumed when the machine does not say
+DEFAULT_L2 = 512 * 1024
+
+
+@cache
+def l2_bytes() -> int:
+    """Per-core L2 cache size from sysfs, else DEFAULT_L2."""
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        for idx in sorted(os.listdir(base)):
+            with open(f"{base}/{idx}/level") as f:
+                if f.read().strip() != "2":
+                    continue
+            with open(f"{base}/{idx}/size") as f:
+                text = f.read().strip().upper()
+            scale = {"K": 1024, "M": 1024 * 1024}.get(text[-1], 1)
+            return int(text.rstrip("KM")) * scale
+    except (OSError, ValueError):
+        pass
+    return DEFAULT_L2

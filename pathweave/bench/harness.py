@@ -83,20 +83,16 @@ def pathweave_builders(device: str) -> dict[str, Callable[..., Candidate]]:
     def lanes(captured: Any, threads: int, recapture: Any = None) -> Candidate:
         if device != "cpu":
             raise Skip("lanes run on CPU")
-        strat = build_lanes(captured, recapture, threads=threads)
-        flat = list(captured.example_inputs)
-        return Candidate("pathweave:lanes", "pathweave", lambda: strat.run_flat(flat), threads,
-                         note=strat.summary())  # fmt: skip
+        return _strategy_candidate(
+            "pathweave:lanes", build_lanes(captured, recapture, threads=threads), threads
+        )
 
     def stacks(captured: Any, threads: int, recapture: Any = None) -> Candidate:
         if device != "cpu":
             raise Skip("stacks run on CPU")
         from ..execute.stacks import StacksStrategy
 
-        strat = StacksStrategy(captured, threads=threads)
-        flat = list(captured.example_inputs)
-        return Candidate("pathweave:stacks", "pathweave", lambda: strat.run_flat(flat), threads,
-                         note=strat.summary())  # fmt: skip
+        return _strategy_candidate("pathweave:stacks", StacksStrategy(captured, threads=threads), threads)
 
     builders = {"pathweave:sequential": sequential, "pathweave:lanes": lanes, "pathweave:stacks": stacks}
     for name, (pipeline, clone, lane_threads) in RAMIEL_VARIANTS.items():
@@ -136,7 +132,12 @@ def _ramiel_variant(
         raise Skip(f"{lane_threads} intra-op threads per lane need at least {2 * lane_threads} threads")
     strat = LanesStrategy(captured, lanes=threads // lane_threads, threads=threads, clone=clone,
                           pipeline=pipeline)  # fmt: skip
-    flat = list(captured.example_inputs)
+    return _strategy_candidate(name, strat, threads)
+
+
+def _strategy_candidate(name: str, strat: Any, threads: int) -> Candidate:
+    """A built CPU strategy run on the example inputs it was captured with; its summary is the note."""
+    flat = list(strat.captured.example_inputs)
     return Candidate(name, "pathweave", lambda: strat.run_flat(flat), threads, note=strat.summary())
 
 

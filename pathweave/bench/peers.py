@@ -105,15 +105,29 @@ def _torch_threads(threads: int) -> Iterator[None]:
 # ------------------------------------------------------------------------------------------ eager (CPU)
 
 
-def _eager(name: str, model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], threads: int) -> Candidate:
+def _eager(
+    name: str,
+    model: torch.nn.Module,
+    inputs: tuple[torch.Tensor, ...],
+    threads: int,
+    channels_last: bool = False,
+) -> Candidate:
+    """Eager PyTorch; with ``channels_last``, on a channels_last copy of the model, with 4-d inputs
+    converted inside the timed call (as pathweave's stacks convert theirs: callers hand over NCHW)."""
     model = _on_device(model, "cpu")
+    if channels_last:
+        model = copy.deepcopy(model).to(memory_format=torch.channels_last)
     inputs = _inputs_on(inputs, "cpu")
+
+    def layout(x: torch.Tensor) -> torch.Tensor:
+        return x.contiguous(memory_format=torch.channels_last) if channels_last and x.dim() == 4 else x
 
     def run() -> Any:
         with torch.inference_mode():
-            return model(*inputs)
+            return model(*(layout(x) for x in inputs))
 
-    return Candidate(name, "peer", run, threads, note=f"inference_mode, {threads} thread(s)")
+    note = "inference_mode, channels_last" if channels_last else "inference_mode"
+    return Candidate(name, "peer", run, threads, note=f"{note}, {threads} thread(s)")
 
 
 def build_eager_1t(
@@ -135,19 +149,9 @@ def build_eager(
 def build_eager_channels_last(
     model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], threads: int, device: str
 ) -> Candidate:
-    """PyTorch eager on channels_last weights; 4-d inputs are converted inside the timed call (as
-    pathweave's stacks convert theirs), since the caller hands over NCHW tensors."""
+    """PyTorch eager on channels_last weights and inputs, the inputs converted inside the timed call."""
     _need_cpu("eager:cl", device)
-    model = copy.deepcopy(_on_device(model, "cpu")).to(memory_format=torch.channels_last)
-    inputs = _inputs_on(inputs, "cpu")
-
-    def run() -> Any:
-        with torch.inference_mode():
-            return model(
-                *(x.contiguous(memory_format=torch.channels_last) if x.dim() == 4 else x for x in inputs)
-            )
-
-    return Candidate("eager:cl", "peer", run, threads, note=f"channels_last, {threads} thread(s)")
+    return _eager("eager:cl", model, inputs, threads, channels_last=True)
 
 
 # ------------------------------------------------------------------------------------ torch.compile (CPU)

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import warnings
-from typing import Any
 
 from ..capture.graph import Captured
 from ..transform import FAST_CPU
+from ..transform.stack_kernel import StackModule
 from ..transform.stacks import Policy
 from .sequential import SequentialExecutor
 
@@ -22,8 +22,8 @@ class StacksStrategy(SequentialExecutor):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             super().__init__(captured, threads=threads, pipeline=(*FAST_CPU, Policy(max_steps)))
-        if any("fast CPU path disabled" in str(w.message) for w in caught):
-            why = next(str(w.message) for w in caught if "fast CPU path disabled" in str(w.message))
+        if not self.passes:  # the pipeline fell back to the plain graph: try again without the stacks
+            why = "; ".join(str(w.message) for w in caught)
             warnings.warn(f"{captured.name}: stacks not used ({why})", stacklevel=2)
             super().__init__(captured, threads=threads)
         else:
@@ -31,8 +31,8 @@ class StacksStrategy(SequentialExecutor):
                 warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
     @property
-    def stacks(self) -> list[Any]:
-        return [m for m in self.gm.modules() if type(m).__name__ == "StackModule"]
+    def stacks(self) -> list[StackModule]:
+        return [m for m in self.gm.modules() if isinstance(m, StackModule)]
 
     def summary(self) -> str:
         layers = sum(len(s.steps) for m in self.stacks for s in m.sequences)

@@ -15,7 +15,6 @@ import torch
 from ..analyze import build_dag
 from ..analyze.profile import measure_node_times
 from ..capture.graph import Captured
-from ..compare import mismatch
 from ..errors import PlanError
 from ..meta import REPLICA
 from ..schedule.hyper import plan_hyper
@@ -23,7 +22,7 @@ from ..schedule.plan import LanePlan
 from ..transform import FAST_CPU, replicate
 from ..transform.replicate import Split
 from .lanes import LanesExecutor, refuse_inplace
-from .sequential import FAST_ATOL, FAST_RTOL, SequentialExecutor, _threads
+from .sequential import SequentialExecutor, _compare, _threads
 
 
 class LanesStrategy:
@@ -45,9 +44,7 @@ class LanesStrategy:
         one intra-op thread per lane); ``pipeline`` the rewrites before planning (default: the fast CPU
         path; Ramiel's variants use none or pruning alone); ``clone`` allows bounded task cloning."""
         refuse_inplace(captured.gm, captured.name)
-        budget = threads or torch.get_num_threads() or os.cpu_count() or 1
-        self.lanes = max(1, min(lanes or budget, budget))
-        self.threads_per_lane = max(1, budget // self.lanes)
+        self.lanes, self.threads_per_lane = _lanes_and_threads(lanes, threads)
         self.captured = captured
         # weights packed for the thread count each lane runs with (see SequentialExecutor)
         self.sequential = SequentialExecutor(captured, threads=self.threads_per_lane, pipeline=pipeline)
@@ -91,9 +88,7 @@ class HyperLanesStrategy(LanesStrategy):
         threads: int | None = None,
     ) -> None:
         refuse_inplace(captured.gm, captured.name)
-        budget = threads or torch.get_num_threads() or os.cpu_count() or 1
-        self.lanes = max(1, min(lanes or budget, budget))
-        self.threads_per_lane = max(1, budget // self.lanes)
+        self.lanes, self.threads_per_lane = _lanes_and_threads(lanes, threads)
         self.captured, self.split, self.cloned = captured, split, 0
         self.sequential = SequentialExecutor(sub, threads=self.threads_per_lane)
         self.passes = self.sequential.passes
@@ -134,8 +129,7 @@ def build_lanes(
     ``recapture(inputs)`` capturing the model at the sub-batch size. Where that is not possible (no
     ``recapture``, a graph fixed to one batch size, an output without a batch dimension), plain lanes
     on the whole batch, with a warning saying why."""
-    budget = threads or torch.get_num_threads() or os.cpu_count() or 1
-    split = replicate.propose(captured.example_inputs, budget)
+    split = replicate.propose(captured.example_inputs, _budget(threads))
     if split is None:
         return LanesStrategy(captured, threads=threads)
     why = "the model cannot be captured again at the sub-batch size"
@@ -150,10 +144,20 @@ def build_lanes(
     return LanesStrategy(captured, threads=threads)
 
 
+def _budget(threads: int | None) -> int:
+    """The thread budget: ``threads``, else torch's intra-op thread count."""
+    return threads or torch.get_num_threads() or os.cpu_count() or 1
+
+
+def _lanes_and_threads(lanes: int | None, threads: int | None) -> tuple[int, int]:
+    """Lanes (default: one per thread of the budget) and intra-op threads per lane."""
+    budget = _budget(threads)
+    n = max(1, min(lanes or budget, budget))
+    return n, max(1, budget // n)
+
+
 def _check_replicated(gm: torch.fx.GraphModule, captured: Captured) -> None:
-    with torch.inference_mode():
-        problem = mismatch(list(gm(*captured.example_inputs)), list(captured.gm(*captured.example_inputs)),
-                           FAST_RTOL, FAST_ATOL, scale_atol=True)  # fmt: skip
+    problem = _compare(gm, captured.gm, captured.example_inputs)
     if problem:
         raise PlanError(f"{captured.name}: the graph replicated per sub-batch is wrong: {problem}")
 

@@ -31,14 +31,12 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import UnsupportedError
-from ..machine import cache_dir
+from ..machine import cache_dir, l2_bytes
 
 #: fraction of the per-core L2 cache one task's working set may use
 L2_SHARE = 0.5
 #: the most halo recomputation a sequence may cost (rows computed / rows needed)
 MAX_RECOMPUTE = 1.25
-#: fall-back L2 size when the machine does not say
-DEFAULT_L2 = 512 * 1024
 
 
 @dataclass(frozen=True)
@@ -85,23 +83,6 @@ class Sequence:
     @property
     def blocks(self) -> int:
         return -(-self.shapes[-1][0] // self.block_rows)
-
-
-def l2_bytes() -> int:
-    """Per-core L2 cache size from sysfs, else DEFAULT_L2."""
-    base = "/sys/devices/system/cpu/cpu0/cache"
-    try:
-        for idx in sorted(os.listdir(base)):
-            with open(f"{base}/{idx}/level") as f:
-                if f.read().strip() != "2":
-                    continue
-            with open(f"{base}/{idx}/size") as f:
-                text = f.read().strip().upper()
-            scale = {"K": 1024, "M": 1024 * 1024}.get(text[-1], 1)
-            return int(text.rstrip("KM")) * scale
-    except (OSError, ValueError):
-        pass
-    return DEFAULT_L2
 
 
 def _rows_in(step: Step, rows: int) -> int:

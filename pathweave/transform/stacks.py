@@ -43,11 +43,13 @@ def propose(gm: torch.fx.GraphModule) -> list[Stack]:
     """Every maximal chain of at least two stackable layers on a 4-d float32 tensor."""
     stacks, taken = [], set()
     for node in gm.graph.nodes:
-        if node in taken or _layer(node, gm) is None or _chain_input(node) is None:
+        if node in taken:
             continue
-        chain = _chain_from(node, gm)
+        layer = _layer(node, gm)
+        if layer is None:
+            continue
+        chain, layers = _chain_from(node, layer, gm)
         taken.update(chain)
-        layers = [_layer(n, gm) for n in chain if n.target is not operator.getitem]
         if len(layers) >= 2:
             stacks.append(_stack(chain, layers))
     return stacks
@@ -70,8 +72,8 @@ class Policy:
 
 
 def apply(gm: torch.fx.GraphModule, stacks: list[Stack], max_steps: int | None = None) -> None:
+    nodes = {n.name: n for n in gm.graph.nodes}  # stacks are disjoint: none reads an erased node
     for i, stack in enumerate(stacks):
-        nodes = {n.name: n for n in gm.graph.nodes}
         chain = [nodes[n] for n in stack.nodes]
         name = f"pathweave_stack_{i}"
         gm.add_submodule(name, StackModule(plan_sequences(stack.steps, stack.in_shape, max_steps)))
@@ -83,17 +85,23 @@ def apply(gm: torch.fx.GraphModule, stacks: list[Stack], max_steps: int | None =
             gm.graph.erase_node(n)
 
 
-def _chain_from(first: torch.fx.Node, gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
-    chain, node = [], first
+def _chain_from(
+    first: torch.fx.Node, layer: Pool | Elementwise, gm: torch.fx.GraphModule
+) -> tuple[list[torch.fx.Node], list[Pool | Elementwise]]:
+    """The chain's nodes (tuple accesses included) and its layers, from ``first`` (whose layer is given)."""
+    chain, layers, node = [], [], first
     while True:
         chain.append(node)
+        layers.append(layer)
         out = _output(node)
         if out is not node:
             chain.append(out)
         users = list(out.users)
-        if len(users) != 1 or _layer(users[0], gm) is None or users[0].args[0] is not out:
-            return chain
-        node = users[0]
+        if len(users) != 1 or users[0].args[0] is not out:
+            return chain, layers
+        node, layer = users[0], _layer(users[0], gm)
+        if layer is None:
+            return chain, layers
 
 
 def _output(node: torch.fx.Node) -> torch.fx.Node:
