@@ -26,13 +26,18 @@ def run_pipeline(gm: torch.fx.GraphModule, passes: tuple[ModuleType, ...]) -> li
     reports = []
     for p in passes:
         matches = p.propose(gm)
-        p.apply(gm, matches)
-        try:
-            gm.graph.lint()
-            drop_unused_constants(gm)
-        except RuntimeError as exc:
-            first = str(exc).splitlines()[0]
-            raise PlanError(f"pass {p.__name__.rsplit('.', 1)[-1]} left an invalid graph: {first}") from exc
-        gm.recompile()
+        apply_pass(gm, p, matches)
         reports.append(PassReport(p.__name__.rsplit(".", 1)[-1], len(matches)))
     return reports
+
+
+def apply_pass(gm: torch.fx.GraphModule, p: ModuleType, matches: list) -> None:
+    """Apply ``matches`` of pass ``p``, lint, drop constants nothing reads any more, recompile."""
+    p.apply(gm, matches)
+    try:
+        gm.graph.lint()
+        drop_unused_constants(gm)
+    except RuntimeError as exc:
+        first = str(exc).splitlines()[0]
+        raise PlanError(f"pass {p.__name__.rsplit('.', 1)[-1]} left an invalid graph: {first}") from exc
+    gm.recompile()

@@ -11,7 +11,7 @@ from torch import nn
 from pathweave.capture import capture
 from pathweave.transform import fold_bn
 from pathweave.transform.fold_bn import FoldBN
-from pathweave.transform.util import drop_unused_constants
+from pathweave.transform.pipeline import apply_pass
 
 RTOL, ATOL = 1e-4, 1e-5
 _BN = torch.ops.aten._native_batch_norm_legit_no_training.default
@@ -81,10 +81,7 @@ def _capture(model: nn.Module):
 
 def _apply(captured, matches):
     gm = copy.deepcopy(captured.gm)
-    fold_bn.apply(gm, matches)
-    gm.graph.lint()
-    drop_unused_constants(gm)
-    gm.recompile()
+    apply_pass(gm, fold_bn, matches)
     return gm
 
 

@@ -10,7 +10,7 @@ from torch import nn
 from pathweave.capture import capture
 from pathweave.transform import fuse_conv
 from pathweave.transform.fuse_conv import FuseConv
-from pathweave.transform.util import drop_unused_constants
+from pathweave.transform.pipeline import apply_pass
 
 RTOL = 1e-4
 _mkldnn = torch.ops.mkldnn
@@ -81,10 +81,7 @@ def _capture(model: nn.Module, shape: tuple[int, ...]):
 
 def _fused(captured, matches):
     gm = copy.deepcopy(captured.gm)
-    fuse_conv.apply(gm, matches)
-    gm.graph.lint()
-    drop_unused_constants(gm)
-    gm.recompile()
+    apply_pass(gm, fuse_conv, matches)
     return gm
 
 
