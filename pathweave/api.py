@@ -12,10 +12,10 @@ import torch
 from .analyze import Analysis, analyze_captured
 from .capture import Captured, capture
 from .errors import InputError, PathweaveError
-from .execute import LanesStrategy, SequentialExecutor, build_lanes
+from .execute import SequentialExecutor, build_lanes
 
 #: strategies ``optimize`` knows; bench candidates are named "pathweave:<strategy>"
-STRATEGIES = ("auto", "sequential", "lanes", "stacks")
+STRATEGIES = ("auto", "sequential", "lanes", "stacks", "streams")
 #: rounds per candidate when "auto" times sequential against lanes
 AUTO_ROUNDS = 7
 
@@ -55,7 +55,7 @@ def analyze(model: Any, *inputs: Any, measure: bool = False, **kwargs: Any) -> A
 
 def optimize(
     model: Any, *inputs: Any, strategy: str = "auto", device: str | None = None, **kwargs: Any
-) -> SequentialExecutor | LanesStrategy:
+) -> Any:
     """A callable that returns ``model``'s outputs, run by the chosen strategy.
 
     - "sequential": the fast sequential path (all intra-op threads on one operator at a time).
@@ -63,8 +63,12 @@ def optimize(
       hyperclusters (the batch split into groups, the groups' graphs interleaved on the lanes).
     - "stacks": the sequential path with chains of element-wise and pooling layers run depth first by
       generated C kernels (BrainSlug); CPU only.
-    - "auto": builds sequential and lanes and keeps the faster one, timed here on the example inputs, so it is
-      never slower than "sequential" (on CUDA, "sequential" until a GPU strategy lands).
+    - "streams": Opara on CUDA: kernels profiled once, nodes on several CUDA streams in a resource-aware
+      launch order, the whole model captured into one CUDA Graph (``execute.streams``). Outputs are
+      copies (the graph's own buffers are overwritten by the next call).
+    - "auto": on CPU builds sequential and lanes, on CUDA the single-stream and the Opara CUDA Graphs,
+      and keeps the faster one, timed here on the example inputs, so it is never slower than the
+      baseline it was timed against.
 
     The graph is captured for the shapes and dtypes of ``inputs``; calling the result with others
     raises ``InputError``. ``device`` defaults to the inputs' device.
@@ -84,6 +88,8 @@ def optimize(
         warnings.warn(
             f"{captured.name}: captured by fx tracing; the fast CPU path needs torch.export", stacklevel=2
         )
+    if strategy == "streams" or (strategy == "auto" and torch.device(device).type == "cuda"):
+        return _streams(captured, strategy)
     if strategy == "stacks":
         if torch.device(device).type != "cpu":
             raise InputError("strategy 'stacks' runs on CPU so far; use 'sequential' on CUDA")
@@ -111,16 +117,40 @@ def optimize(
     return SequentialExecutor(captured, device=device)
 
 
-def _faster(a: Any, b: Any, captured: Captured) -> Any:
-    """The faster of two built strategies, timed interleaved on the example inputs; the loser is closed."""
-    flat = list(captured.example_inputs)
+def _streams(captured: Captured, strategy: str) -> Any:
+    """Opara streams; under "auto", the faster of them and the single-stream CUDA Graph (or eager)."""
+    from .execute.streams import StreamsStrategy
+
+    if strategy == "streams":
+        return StreamsStrategy(captured)
+    try:
+        single = StreamsStrategy(captured, policy="single")
+    except Exception as exc:  # noqa: BLE001 - any capture failure: run eagerly, loudly
+        warnings.warn(f"auto: no CUDA graph could be captured, running eagerly ({exc})", stacklevel=3)
+        return SequentialExecutor(captured, device="cuda")
+    try:
+        streams = StreamsStrategy(captured)
+    except Exception as exc:  # noqa: BLE001
+        warnings.warn(f"auto: streams not possible, running the sequential CUDA Graph ({exc})", stacklevel=3)
+        return single
+    return _faster(single, streams, captured, sync=torch.cuda.synchronize)
+
+
+def _faster(a: Any, b: Any, captured: Captured, sync: Any = None) -> Any:
+    """The faster of two built strategies, timed interleaved on the example inputs; the loser is closed.
+    ``sync`` waits for asynchronous work (CUDA) before the clock is read."""
+    flat = [t.to("cuda") if sync is not None else t for t in captured.example_inputs]
     times: dict[int, list[float]] = {0: [], 1: []}
     for fn in (a, b):
         fn.run_flat(flat)
     for r in range(AUTO_ROUNDS):
         for i, fn in ((0, a), (1, b)) if r % 2 == 0 else ((1, b), (0, a)):
+            if sync is not None:
+                sync()
             t0 = time.perf_counter()
             fn.run_flat(flat)
+            if sync is not None:
+                sync()
             times[i].append(time.perf_counter() - t0)
     keep, drop = (b, a) if statistics.median(times[1]) < statistics.median(times[0]) else (a, b)
     if hasattr(drop, "close"):

@@ -32,3 +32,30 @@ class Replica:
 
     group: int
     of: str
+
+
+#: ``NodeKernels``: the CUDA kernels one node launched in a profiled run, with their launch resources.
+KERNELS = "pathweave.kernels"
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One kernel (or memcpy/memset, with empty grid) as the CUDA profiler saw it."""
+
+    name: str
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    registers: int  # per thread
+    shared_memory: int  # bytes per block, static + dynamic
+    duration_us: float
+
+
+@dataclass(frozen=True)
+class NodeKernels:
+    """Every kernel a node launched, in launch order; ``time_us`` is their summed GPU time."""
+
+    kernels: tuple[Kernel, ...]
+
+    @property
+    def time_us(self) -> float:
+        return sum(k.duration_us for k in self.kernels)

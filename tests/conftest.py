@@ -67,3 +67,13 @@ def zoo_cache() -> ZooCache:
 @pytest.fixture(scope="session")
 def outputs_close():
     return assert_outputs_close
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``gpu`` are skipped where CUDA is not available (CI has no GPU)."""
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs CUDA")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

@@ -97,7 +97,31 @@ def pathweave_builders(device: str) -> dict[str, Callable[..., Candidate]]:
     builders = {"pathweave:sequential": sequential, "pathweave:lanes": lanes, "pathweave:stacks": stacks}
     for name, (pipeline, clone, lane_threads) in RAMIEL_VARIANTS.items():
         builders[name] = functools.partial(_ramiel_variant, name, pipeline, clone, lane_threads, device)
+    if str(device).startswith("cuda"):  # CUDA-only candidates are not listed (as skipped) on CPU benches
+        for name, policy in STREAM_VARIANTS.items():
+            builders[name] = functools.partial(_streams_variant, name, policy)
     return builders
+
+
+#: Opara and its baselines as bench candidates on CUDA: candidate name -> stream allocation policy
+STREAM_VARIANTS = {
+    "pathweave:streams": "opara",
+    "pathweave:streams-critical": "critical",
+    "pathweave:nimble": "nimble",
+    "pathweave:wavefront": "wavefront",
+}
+
+
+def _streams_variant(name: str, policy: str, captured: Any, threads: int, recapture: Any = None) -> Candidate:
+    from ..execute.streams import StreamsStrategy
+
+    strat = StreamsStrategy(captured, policy=policy, copy_outputs=False)
+    flat = [t.to("cuda") for t in captured.example_inputs]
+    rep = strat.report()
+    note = (f"{rep['streams']} streams, {rep['waits']} waits, graph {rep['graph_bytes'] / 2**20:.1f} MiB, "
+            f"profile {rep['profile_s']:.2f} s, plan {rep['plan_s'] * 1e3:.1f} ms")  # fmt: skip
+    return Candidate(name, "pathweave", lambda: strat.run_flat(flat), threads, sync=torch.cuda.synchronize,
+                     note=note, extra=rep)  # fmt: skip
 
 
 #: Ramiel's Tables IV-VII as bench candidates (run with ``--candidates ramiel``): lanes on the captured

@@ -480,9 +480,22 @@ def build_cuda_compile_ro(
     model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], threads: int, device: str
 ) -> Candidate:
     """``torch.compile(mode="reduce-overhead")``: inductor kernels replayed through CUDA graphs."""
+    return _cuda_compile(model, inputs, threads, device, "reduce-overhead", "cuda:compile-ro")
+
+
+def build_cuda_compile_max(
+    model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], threads: int, device: str
+) -> Candidate:
+    """``torch.compile(mode="max-autotune")``: autotuned inductor kernels, also through CUDA graphs."""
+    return _cuda_compile(model, inputs, threads, device, "max-autotune", "cuda:compile-max")
+
+
+def _cuda_compile(
+    model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], threads: int, device: str, mode: str, name: str
+) -> Candidate:
     _need_cuda(device)
     model, static = _cuda_copy(model, inputs)
-    compiled = torch.compile(model, mode="reduce-overhead")
+    compiled = torch.compile(model, mode=mode)
 
     def run() -> Any:
         torch.compiler.cudagraph_mark_step_begin()
@@ -495,17 +508,9 @@ def build_cuda_compile_ro(
             run()
         torch.cuda.synchronize()
     except Exception as exc:
-        raise Skip(f"torch.compile(reduce-overhead) failed: {_one_line(exc)}") from exc
+        raise Skip(f"torch.compile({mode}) failed: {_one_line(exc)}") from exc
     extra = {"build_s": time.perf_counter() - start}
-    return Candidate(
-        "cuda:compile-ro",
-        "peer",
-        run,
-        threads,
-        sync=torch.cuda.synchronize,
-        note="reduce-overhead",
-        extra=extra,
-    )
+    return Candidate(name, "peer", run, threads, sync=torch.cuda.synchronize, note=mode, extra=extra)
 
 
 # -------------------------------------------------------------------------------------------- registry
@@ -522,6 +527,7 @@ PEERS: dict[str, Builder] = {
     "cuda:eager": build_cuda_eager,
     "cuda:graph": build_cuda_graph,
     "cuda:compile-ro": build_cuda_compile_ro,
+    "cuda:compile-max": build_cuda_compile_max,
 }
 
 _CPU_PEERS = {
@@ -534,7 +540,8 @@ _CPU_PEERS = {
     "ort:par",
     "openvino",
 }
-_CUDA_PEERS = {"ort:seq", "cuda:eager", "cuda:graph", "cuda:compile-ro"}  # ORT_PARALLEL is CPU-only
+#: ORT_PARALLEL is CPU-only
+_CUDA_PEERS = {"ort:seq", "cuda:eager", "cuda:graph", "cuda:compile-ro", "cuda:compile-max"}
 
 
 def peer_names(device: str) -> list[str]:
