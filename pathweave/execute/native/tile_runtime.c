@@ -1,0 +1,302 @@
+/* The native tile runtime (ASPEN's scheduling engines): no barriers, one engine per worker thread.
+ *
+ * A tile graph arrives as CSR arrays (parents and children of every tile) and a depth column per tile.
+ * Each inference: every tile's count of unfinished parents is reset, the roots are dealt out to the
+ * workers' rows, and every worker runs ASPEN's Algorithm 1:
+ *   take the child kept from the last tile, else pop from my row (deepest column first), else steal
+ *   from another row; run the tile's kernel; decrement each child's counter atomically; the first
+ *   child that becomes ready is kept for myself, the others are pushed into my row.
+ * The ready pool is a row of queues per worker, one intrusive LIFO per depth column, with a bit mask
+ * of non-empty columns; stealing scans the other rows in order. Idle workers spin a while, then park
+ * on a condition variable; a push wakes them only when someone is parked (no lost wake-ups: the
+ * parker announces itself under the lock before it re-checks the ready count, the pusher counts the
+ * ready tile before it looks for parkers, both sequentially consistent).
+ * The calling thread is worker 0 and runs the engine too; pw_run returns when every tile has run and
+ * every worker has left the engine. Python calls pw_run through ctypes, which releases the GIL.
+ *
+ * Kernels are dispatched by op code. Op PW_OP_TEST is a checking kernel: out[t] = bias[t] +
+ * 0.5 * sum(out[parents]) after `spin[t]` rounds of arithmetic, so a tile run before one of its
+ * parents gives a wrong value. Layer kernels (convolution, GEMM, ...) plug in as further op codes.
+ */
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PW_MAX_COLS 64
+#define PW_SPIN_ROUNDS 4000
+#define PW_MAX_WORKERS 256
+#define PW_OP_TEST 0
+
+typedef struct {
+    pthread_mutex_t lock;
+    int32_t head[PW_MAX_COLS];
+    uint64_t mask; /* bit c set: column c is not empty */
+} pw_row;
+
+typedef struct pw_runtime pw_runtime;
+
+typedef struct {
+    pw_runtime *rt;
+    int id;
+    pthread_t thread;
+} pw_worker;
+
+struct pw_runtime {
+    int32_t n_tiles;
+    const int32_t *p_ptr, *p_idx, *c_ptr, *c_idx, *op;
+    int32_t *col, *next, *roots;
+    int32_t n_roots;
+    atomic_int *pending;
+    /* PW_OP_TEST data */
+    float *test_out;
+    const float *test_bias;
+    const int32_t *test_spin;
+    int32_t *ran_on; /* worker that ran each tile, for tests and reports */
+
+    int n_workers;
+    pw_row rows[PW_MAX_WORKERS];
+    pw_worker workers[PW_MAX_WORKERS];
+    atomic_int ready, done, active, parked, stop, error;
+    atomic_long steals;
+    int generation;
+    pthread_mutex_t park_lock;
+    pthread_cond_t park_cond;
+};
+
+static void wake_parked(pw_runtime *rt) {
+    if (atomic_load(&rt->parked) > 0) {
+        pthread_mutex_lock(&rt->park_lock);
+        pthread_cond_broadcast(&rt->park_cond);
+        pthread_mutex_unlock(&rt->park_lock);
+    }
+}
+
+static void push_quiet(pw_runtime *rt, int w, int32_t t) {
+    pw_row *row = &rt->rows[w];
+    int c = rt->col[t];
+    pthread_mutex_lock(&row->lock);
+    rt->next[t] = row->head[c];
+    row->head[c] = t;
+    row->mask |= (uint64_t)1 << c;
+    pthread_mutex_unlock(&row->lock);
+    atomic_fetch_add(&rt->ready, 1);
+}
+
+static void push(pw_runtime *rt, int w, int32_t t) {
+    push_quiet(rt, w, t);
+    wake_parked(rt);
+}
+
+static int32_t pop(pw_runtime *rt, int w) {
+    pw_row *row = &rt->rows[w];
+    int32_t t = -1;
+    pthread_mutex_lock(&row->lock);
+    if (row->mask) {
+        int c = 63 - __builtin_clzll(row->mask); /* deepest column first: depth first */
+        t = row->head[c];
+        row->head[c] = rt->next[t];
+        if (row->head[c] < 0) row->mask &= ~((uint64_t)1 << c);
+    }
+    pthread_mutex_unlock(&row->lock);
+    if (t >= 0) atomic_fetch_sub(&rt->ready, 1);
+    return t;
+}
+
+static int32_t steal(pw_runtime *rt, int w) {
+    for (int i = 1; i < rt->n_workers; i++) {
+        int32_t t = pop(rt, (w + i) % rt->n_workers);
+        if (t >= 0) {
+            atomic_fetch_add(&rt->steals, 1);
+            return t;
+        }
+    }
+    return -1;
+}
+
+static int run_kernel(pw_runtime *rt, int32_t t) {
+    switch (rt->op[t]) {
+    case PW_OP_TEST: {
+        float acc = 0.0f;
+        volatile float x = 1.0f; /* the spin is work, not to be optimised away */
+        for (int32_t k = 0; k < rt->test_spin[t]; k++) x = x * 0.999f + 0.001f;
+        for (int32_t k = rt->p_ptr[t]; k < rt->p_ptr[t + 1]; k++) acc += rt->test_out[rt->p_idx[k]];
+        rt->test_out[t] = rt->test_bias[t] + 0.5f * acc + (x > 2.0f ? 1.0f : 0.0f);
+        return 0;
+    }
+    default:
+        return 1; /* unknown op code */
+    }
+}
+
+/* Wait for a ready tile or the end of the inference; 1 if there may be work. */
+static int idle(pw_runtime *rt) {
+    for (int i = 0; i < PW_SPIN_ROUNDS; i++) {
+        if (atomic_load(&rt->ready) > 0) return 1;
+        if (atomic_load(&rt->done) >= rt->n_tiles || atomic_load(&rt->error)) return 0;
+        if ((i & 63) == 63) sched_yield();
+    }
+    pthread_mutex_lock(&rt->park_lock);
+    atomic_fetch_add(&rt->parked, 1);
+    while (atomic_load(&rt->ready) == 0 && atomic_load(&rt->done) < rt->n_tiles && !atomic_load(&rt->error))
+        pthread_cond_wait(&rt->park_cond, &rt->park_lock);
+    atomic_fetch_sub(&rt->parked, 1);
+    pthread_mutex_unlock(&rt->park_lock);
+    return atomic_load(&rt->done) < rt->n_tiles;
+}
+
+static void finish_all(pw_runtime *rt) {
+    pthread_mutex_lock(&rt->park_lock);
+    pthread_cond_broadcast(&rt->park_cond);
+    pthread_mutex_unlock(&rt->park_lock);
+}
+
+static void engine(pw_runtime *rt, int w) {
+    int32_t kept = -1;
+    while (atomic_load(&rt->done) < rt->n_tiles && !atomic_load(&rt->error)) {
+        int32_t t = kept >= 0 ? kept : pop(rt, w);
+        kept = -1;
+        if (t < 0) t = steal(rt, w);
+        if (t < 0) {
+            idle(rt);
+            continue;
+        }
+        if (run_kernel(rt, t)) {
+            atomic_store(&rt->error, t + 1);
+            finish_all(rt);
+            return;
+        }
+        rt->ran_on[t] = w;
+        for (int32_t k = rt->c_ptr[t]; k < rt->c_ptr[t + 1]; k++) {
+            int32_t c = rt->c_idx[k];
+            if (atomic_fetch_sub(&rt->pending[c], 1) == 1) {
+                if (kept < 0)
+                    kept = c;
+                else
+                    push(rt, w, c);
+            }
+        }
+        if (atomic_fetch_add(&rt->done, 1) + 1 == rt->n_tiles) finish_all(rt);
+    }
+}
+
+static void *worker_main(void *arg) {
+    pw_worker *me = (pw_worker *)arg;
+    pw_runtime *rt = me->rt;
+    int seen = 0;
+    for (;;) {
+        pthread_mutex_lock(&rt->park_lock);
+        while (rt->generation == seen && !atomic_load(&rt->stop)) pthread_cond_wait(&rt->park_cond, &rt->park_lock);
+        seen = rt->generation;
+        if (atomic_load(&rt->stop)) {
+            pthread_mutex_unlock(&rt->park_lock);
+            return NULL;
+        }
+        atomic_fetch_add(&rt->active, 1);
+        pthread_mutex_unlock(&rt->park_lock);
+        engine(rt, me->id);
+        atomic_fetch_sub(&rt->active, 1);
+    }
+}
+
+static void stop_workers(pw_runtime *rt) {
+    pthread_mutex_lock(&rt->park_lock);
+    atomic_store(&rt->stop, 1);
+    pthread_cond_broadcast(&rt->park_cond);
+    pthread_mutex_unlock(&rt->park_lock);
+    for (int w = 1; w < rt->n_workers; w++) pthread_join(rt->workers[w].thread, NULL);
+    atomic_store(&rt->stop, 0);
+}
+
+/* Workers 1..n-1 are threads; worker 0 is whoever calls pw_run. 0 on success. */
+int pw_set_workers(pw_runtime *rt, int n) {
+    if (n < 1 || n > PW_MAX_WORKERS) return 1;
+    stop_workers(rt);
+    rt->n_workers = n;
+    for (int w = 0; w < n; w++) {
+        rt->workers[w].rt = rt;
+        rt->workers[w].id = w;
+        if (w > 0 && pthread_create(&rt->workers[w].thread, NULL, worker_main, &rt->workers[w])) {
+            rt->n_workers = w;
+            return 2;
+        }
+    }
+    return 0;
+}
+
+/* The graph arrays must outlive the runtime (Python keeps them). col[t] < 64 is the depth column. */
+pw_runtime *pw_create(int32_t n_tiles, const int32_t *p_ptr, const int32_t *p_idx, const int32_t *c_ptr,
+                      const int32_t *c_idx, const int32_t *op, const int32_t *col, int n_workers) {
+    pw_runtime *rt = calloc(1, sizeof(pw_runtime));
+    if (!rt) return NULL;
+    rt->n_tiles = n_tiles;
+    rt->p_ptr = p_ptr, rt->p_idx = p_idx, rt->c_ptr = c_ptr, rt->c_idx = c_idx, rt->op = op;
+    rt->col = malloc(sizeof(int32_t) * (n_tiles + 1));
+    rt->next = malloc(sizeof(int32_t) * (n_tiles + 1));
+    rt->roots = malloc(sizeof(int32_t) * (n_tiles + 1));
+    rt->ran_on = malloc(sizeof(int32_t) * (n_tiles + 1));
+    rt->pending = malloc(sizeof(atomic_int) * (n_tiles + 1));
+    if (!rt->col || !rt->next || !rt->roots || !rt->ran_on || !rt->pending) return NULL;
+    for (int32_t t = 0; t < n_tiles; t++) {
+        rt->col[t] = col[t] < 0 ? 0 : (col[t] >= PW_MAX_COLS ? PW_MAX_COLS - 1 : col[t]);
+        if (p_ptr[t + 1] == p_ptr[t]) rt->roots[rt->n_roots++] = t;
+    }
+    for (int w = 0; w < PW_MAX_WORKERS; w++) pthread_mutex_init(&rt->rows[w].lock, NULL);
+    pthread_mutex_init(&rt->park_lock, NULL);
+    pthread_cond_init(&rt->park_cond, NULL);
+    rt->n_workers = 1;
+    pw_set_workers(rt, n_workers); /* if fewer threads start, pw_workers says how many */
+    return rt;
+}
+
+int pw_workers(const pw_runtime *rt) { return rt->n_workers; }
+long pw_steals(const pw_runtime *rt) { return atomic_load(&rt->steals); }
+const int32_t *pw_ran_on(const pw_runtime *rt) { return rt->ran_on; }
+
+void pw_set_test_data(pw_runtime *rt, float *out, const float *bias, const int32_t *spin) {
+    rt->test_out = out, rt->test_bias = bias, rt->test_spin = spin;
+}
+
+/* One inference. Returns 0, or 1 + the tile whose kernel failed.
+ * The reset happens under park_lock with no worker inside the engine: a worker enters the engine only
+ * under that lock, so one that wakes late for the last inference either left before the reset or
+ * enters after it, into this inference's consistent state. */
+int pw_run(pw_runtime *rt) {
+    pthread_mutex_lock(&rt->park_lock);
+    while (atomic_load(&rt->active) > 0) {
+        pthread_mutex_unlock(&rt->park_lock);
+        sched_yield();
+        pthread_mutex_lock(&rt->park_lock);
+    }
+    for (int32_t t = 0; t < rt->n_tiles; t++) {
+        atomic_store(&rt->pending[t], rt->p_ptr[t + 1] - rt->p_ptr[t]);
+        rt->ran_on[t] = -1;
+    }
+    for (int w = 0; w < rt->n_workers; w++) {
+        for (int c = 0; c < PW_MAX_COLS; c++) rt->rows[w].head[c] = -1;
+        rt->rows[w].mask = 0;
+    }
+    atomic_store(&rt->done, 0);
+    atomic_store(&rt->error, 0);
+    atomic_store(&rt->ready, 0);
+    atomic_store(&rt->steals, 0);
+    for (int32_t i = 0; i < rt->n_roots; i++) push_quiet(rt, i % rt->n_workers, rt->roots[i]);
+    rt->generation++;
+    atomic_fetch_add(&rt->active, 1);
+    pthread_cond_broadcast(&rt->park_cond);
+    pthread_mutex_unlock(&rt->park_lock);
+    if (rt->n_tiles) engine(rt, 0);
+    atomic_fetch_sub(&rt->active, 1);
+    while (atomic_load(&rt->active) > 0) sched_yield(); /* nobody may still be inside the engine */
+    int err = atomic_load(&rt->error);
+    return err ? err : 0;
+}
+
+void pw_destroy(pw_runtime *rt) {
+    if (!rt) return;
+    stop_workers(rt);
+    free(rt->col), free(rt->next), free(rt->roots), free(rt->ran_on), free(rt->pending);
+    free(rt);
+}

@@ -1,0 +1,129 @@
+"""Python side of the native tile runtime (``native/tile_runtime.c``): load it, hand it a tile graph.
+
+The graph is CSR arrays of int32 (parents and children of every tile), an op code per tile and a depth
+column per tile (0..63, deeper tiles run first). The arrays are kept alive here for as long as the
+runtime lives, because the C side reads them in place. ``run()`` goes through ctypes, which releases
+the GIL for the whole inference.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.machinery
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import ExecutionError, MissingDependencyError
+
+#: op codes the native runtime dispatches on (see tile_runtime.c)
+OP_TEST = 0
+MAX_COLUMNS = 64
+
+_LIB: ctypes.CDLL | None = None
+_I32P = np.ctypeslib.ndpointer(np.int32, flags="C_CONTIGUOUS")
+_F32P = np.ctypeslib.ndpointer(np.float32, flags="C_CONTIGUOUS")
+
+
+def _library() -> ctypes.CDLL:
+    global _LIB
+    if _LIB is None:
+        here = Path(__file__).parent / "native"
+        found = [here / f"_tile_runtime{s}" for s in importlib.machinery.EXTENSION_SUFFIXES]
+        path = next((p for p in found if p.exists()), None)
+        if path is None:
+            raise MissingDependencyError(
+                f"the native tile runtime is not built (no _tile_runtime*.so in {here}); reinstall pathweave "
+                "with a C compiler present: pip install -e ."
+            )
+        lib = ctypes.CDLL(str(path))
+        lib.pw_create.restype = ctypes.c_void_p
+        lib.pw_create.argtypes = [ctypes.c_int32, _I32P, _I32P, _I32P, _I32P, _I32P, _I32P, ctypes.c_int]
+        lib.pw_run.argtypes = [ctypes.c_void_p]
+        lib.pw_set_workers.argtypes = [ctypes.c_void_p, ctypes.c_int]
+        lib.pw_workers.argtypes = [ctypes.c_void_p]
+        lib.pw_steals.restype = ctypes.c_long
+        lib.pw_steals.argtypes = [ctypes.c_void_p]
+        lib.pw_ran_on.restype = ctypes.POINTER(ctypes.c_int32)
+        lib.pw_ran_on.argtypes = [ctypes.c_void_p]
+        lib.pw_set_test_data.argtypes = [ctypes.c_void_p, _F32P, _F32P, _I32P]
+        lib.pw_destroy.argtypes = [ctypes.c_void_p]
+        _LIB = lib
+    return _LIB
+
+
+def csr(lists: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """(indptr, indices) as int32 from one list of neighbours per tile."""
+    ptr = np.zeros(len(lists) + 1, dtype=np.int32)
+    ptr[1:] = np.cumsum([len(x) for x in lists])
+    idx = np.fromiter((i for x in lists for i in x), dtype=np.int32, count=int(ptr[-1]))
+    return ptr, idx
+
+
+def depth_columns(parents: list[list[int]]) -> np.ndarray:
+    """Depth of every tile (tiles in topological order), scaled onto the runtime's 64 columns."""
+    depth = np.zeros(len(parents), dtype=np.int64)
+    for t, ps in enumerate(parents):
+        if ps:
+            depth[t] = 1 + max(depth[p] for p in ps)
+    top = int(depth.max(initial=0)) + 1
+    return (depth * MAX_COLUMNS // top).astype(np.int32)
+
+
+class TileRuntime:
+    """One tile graph on ``workers`` scheduling engines (the caller's thread is engine 0)."""
+
+    def __init__(self, parents: list[list[int]], ops: np.ndarray, workers: int = 1) -> None:
+        n = len(parents)
+        if any(p >= t for t, ps in enumerate(parents) for p in ps):
+            raise ExecutionError("tiles must come in topological order (every parent before its child)")
+        children: list[list[int]] = [[] for _ in range(n)]
+        for t, ps in enumerate(parents):
+            for p in ps:
+                children[p].append(t)
+        self._lib = _library()
+        self.p_ptr, self.p_idx = csr(parents)
+        self.c_ptr, self.c_idx = csr(children)
+        self.ops = np.ascontiguousarray(ops, dtype=np.int32)
+        self.cols = depth_columns(parents)
+        self.n = n
+        self._rt = self._lib.pw_create(n, self.p_ptr, self.p_idx, self.c_ptr, self.c_idx, self.ops, self.cols,
+                                       workers)  # fmt: skip
+        if not self._rt:
+            raise ExecutionError("the native tile runtime could not allocate its state")
+        self._test: tuple[np.ndarray, ...] = ()
+
+    @property
+    def workers(self) -> int:
+        return int(self._lib.pw_workers(self._rt))
+
+    def set_workers(self, n: int) -> None:
+        """Add or remove engines between inferences."""
+        if self._lib.pw_set_workers(self._rt, n) or self.workers != n:
+            raise ExecutionError(f"could not start {n} workers ({self.workers} running)")
+
+    def set_test_data(self, out: np.ndarray, bias: np.ndarray, spin: np.ndarray) -> None:
+        """Buffers of the checking kernel (op OP_TEST); kept alive here."""
+        self._test = (out, np.ascontiguousarray(bias, np.float32), np.ascontiguousarray(spin, np.int32))
+        self._lib.pw_set_test_data(self._rt, *self._test)
+
+    def run(self) -> None:
+        err = self._lib.pw_run(self._rt)
+        if err:
+            raise ExecutionError(f"tile {err - 1} (op {self.ops[err - 1]}) failed in the native runtime")
+
+    def ran_on(self) -> np.ndarray:
+        """The worker that ran each tile in the last inference."""
+        return np.ctypeslib.as_array(self._lib.pw_ran_on(self._rt), shape=(self.n,)).copy()
+
+    @property
+    def steals(self) -> int:
+        return int(self._lib.pw_steals(self._rt))
+
+    def close(self) -> None:
+        if getattr(self, "_rt", None):
+            self._lib.pw_destroy(self._rt)
+            self._rt = None
+
+    def __del__(self) -> None:
+        self.close()

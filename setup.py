@@ -1,0 +1,17 @@
+"""Builds the native tile runtime (plain C, no libtorch, no Python API: loaded through ctypes).
+
+Everything else about the package is in pyproject.toml.
+"""
+
+from setuptools import Extension, setup
+
+setup(
+    ext_modules=[
+        Extension(
+            "pathweave.execute.native._tile_runtime",
+            sources=["pathweave/execute/native/tile_runtime.c"],
+            extra_compile_args=["-O3", "-std=c11", "-pthread", "-Wall"],
+            extra_link_args=["-pthread"],
+        )
+    ]
+)
