@@ -48,6 +48,8 @@ def _parser() -> argparse.ArgumentParser:
     pl.add_argument("--batch", type=int, default=1)
     pl.add_argument("--lanes", type=int, default=2)
     pl.add_argument("--json", type=Path, help="write the variants as JSON here")
+    pl.add_argument("--streams", action="store_true", help="Opara's CUDA stream plans and baselines instead")
+    pl.add_argument("--max-streams", type=int, default=None, help="cap on streams (with --streams)")
     t = sub.add_parser("table", help="markdown results table from bench --json files")
     t.add_argument("files", nargs="+", type=Path)
     return p
@@ -112,6 +114,14 @@ def _plan(args: argparse.Namespace) -> int:
     from .report.plan import format_variants, plan_variants
 
     captured = _captured(args)
+    if args.streams:
+        from .report.streams import format_stream_plans, stream_plans
+
+        rows = stream_plans(captured, args.max_streams)
+        print(format_stream_plans(captured.name, rows))
+        if args.json:
+            args.json.write_text(json.dumps({"model": captured.name, "stream_plans": rows}, indent=2))
+        return 0
     variants = plan_variants(captured, args.lanes)
     print(format_variants(captured.name, args.lanes, variants))
     if args.json:

@@ -128,3 +128,14 @@ def test_console_script() -> None:
     assert bad.returncode == 2
     assert bad.stderr.strip().splitlines()[-1].startswith("pathweave: error: unknown zoo model")
     assert "Traceback" not in bad.stderr
+
+
+def test_plan_streams_json(tmp_path, capsys) -> None:
+    out = tmp_path / "streams.json"
+    assert cli.main(["plan", "googlenet", "--streams", "--max-streams", "4", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "opara" in text and "Opara allocation + launch order alone" in text
+    rows = json.loads(out.read_text())["stream_plans"]
+    assert [r["policy"] for r in rows] == ["opara", "critical", "nimble", "wavefront", "single"]
+    assert all(1 <= r["streams"] <= 4 for r in rows if r["policy"] != "nimble")  # Nimble has no cap
+    assert rows[-1]["streams"] == 1 and rows[-1]["waits"] == 0
