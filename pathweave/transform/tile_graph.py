@@ -27,14 +27,14 @@ from ..analyze.ops import op_name
 from ..capture.shapes import tensor_specs
 from ..errors import InputError, PlanError
 from .tile_grid import Grid, make_grid
-from .tile_ops import ELEMENTWISE, MAX_DIMS, NodeMaps, RegionMap, plan_nodes, shape
+from .tile_ops import CONVERSIONS, ELEMENTWISE, MAX_DIMS, NodeMaps, RegionMap, plan_nodes, shape
 
 TilesPerLayer = Callable[[torch.fx.Node], int] | dict[str, int] | int | None
 #: default work per tile: FLOPs plus BYTE_WORK per byte of activations read and written
 WORK_PER_TILE = 4e6
 BYTE_WORK = 4
 #: ops whose tiles line up one to one with those of their same-shaped producer by default
-ALIGNED = ELEMENTWISE | {"batch_norm", "_native_batch_norm_legit_no_training"}
+ALIGNED = ELEMENTWISE | CONVERSIONS | {"batch_norm", "_native_batch_norm_legit_no_training"}
 
 #: one input of a layer as the graph reads it: producer layer index and the maps composed to reach it
 Input = tuple[int, tuple[RegionMap, ...]]
@@ -319,7 +319,8 @@ def _check_arrays(g: TileGraph) -> None:
     t, n_layers = g.num_tiles, g.num_layers
     want = {
         "tile_layer": (t,), "tile_lo": (t, MAX_DIMS), "tile_hi": (t, MAX_DIMS), "parents_indptr": (t + 1,),
-        "children_indptr": (t + 1,), "children_indices": (g.num_edges,), "layer_ops": (n_layers,),
+        "parents_indices": (g.num_edges,), "children_indptr": (t + 1,), "children_indices": (g.num_edges,),
+        "layer_names": (n_layers,), "layer_ops": (n_layers,), "grid_bounds": (len(g.grid_bounds),),
         "layer_shapes": (n_layers, MAX_DIMS), "layer_ndim": (n_layers,), "layer_tile_start": (n_layers + 1,),
         "grid_indptr": (n_layers * MAX_DIMS + 1,),
     }  # fmt: skip

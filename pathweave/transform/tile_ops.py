@@ -48,8 +48,10 @@ ELEMENTWISE = {
     "neg", "exp", "log", "sqrt", "rsqrt", "abs", "erf", "sign", "reciprocal", "square", "sin", "cos", "pow",
     "clamp", "clamp_min", "clamp_max", "add", "sub", "rsub", "mul", "div", "where", "maximum", "minimum",
     "masked_fill", "eq", "ne", "lt", "le", "gt", "ge", "logical_not", "logical_and", "logical_or",
-    "bitwise_not", "addcmul", "addcdiv", "lerp", "to", "_to_copy", "type_as",
+    "bitwise_not", "addcmul", "addcdiv", "lerp",
 }  # fmt: skip
+#: element-wise in ``self`` only: a second tensor (``to.other``, ``type_as``) gives just a dtype
+CONVERSIONS = {"to", "_to_copy", "type_as"}
 #: ops that make a tensor from nothing but sizes (``zeros_like`` reads only its input's shape)
 CREATION = {
     "arange", "zeros", "ones", "full", "empty", "scalar_tensor", "zeros_like", "ones_like", "full_like",
@@ -104,6 +106,10 @@ def _ints(value: Any, n: int) -> list[int]:
 
 def _elementwise(node: torch.fx.Node, args: dict[str, Any]) -> list[Source]:
     return [(v, partial(tr.broadcast_input, in_shape=shape(v))) for v in args.values() if _is_tensor(v)]
+
+
+def _conversion(node: torch.fx.Node, args: dict[str, Any]) -> list[Source]:
+    return [(args["self"], lambda r: r)]
 
 
 def _channel_params(args: dict[str, Any], names: tuple[str, ...]) -> list[Source]:
@@ -259,6 +265,7 @@ def _creation(node: torch.fx.Node, args: dict[str, Any]) -> list[Source]:
 LayerRule = Callable[[torch.fx.Node, dict[str, Any]], list[Source]]
 LAYERS: dict[str, LayerRule] = {
     **dict.fromkeys(ELEMENTWISE, _elementwise),
+    **dict.fromkeys(CONVERSIONS, _conversion),
     **dict.fromkeys(CREATION, _creation),
     **dict.fromkeys(("batch_norm", "_native_batch_norm_legit_no_training"), _batch_norm),
     **dict.fromkeys(("layer_norm", "native_layer_norm"), _layer_norm),

@@ -1,6 +1,6 @@
 """The tile graph of whole captured models: tile dependencies between every pair of connected layers
-equal the brute-force ones on a small hand-built network (NaN injected into each producer element, the
-views between it and the consumer and the consumer run eagerly); on zoo models the graph verifies,
+equal the brute-force ones on two small hand-built networks (NaN injected into each producer element,
+the views between it and the consumer and the consumer run eagerly); on zoo models the graph verifies,
 round-trips through save/load, and joins exactly the layers the fx graph joins."""
 
 from __future__ import annotations
@@ -42,15 +42,38 @@ class Tiny(nn.Module):
         return self.fc(torch.flatten(F.adaptive_avg_pool2d(z, 3), 1))
 
 
+class TinyAttention(nn.Module):
+    """One attention block as bert's graph has it: linear -> split -> unflatten -> transpose -> matmul
+    -> div -> softmax -> matmul -> transpose -> flatten -> linear -> add -> layer_norm."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.qkv = nn.Linear(12, 36)
+        self.out = nn.Linear(12, 12)
+        self.norm = nn.LayerNorm(12)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = (t.unflatten(-1, (3, 4)).transpose(1, 2) for t in self.qkv(x).split(12, -1))
+        attn = torch.softmax(q @ k.transpose(-2, -1) / 2.0, -1)
+        return self.norm(x + self.out((attn @ v).transpose(1, 2).flatten(2)))
+
+
+def _random(shape: tuple[int, ...]) -> torch.Tensor:
+    return torch.randn(shape, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+
+
+def _capture(model: nn.Module, shape: tuple[int, ...]) -> torch.fx.GraphModule:
+    return capture(model.double().eval(), _random(shape)).gm
+
+
 @pytest.fixture(scope="module")
 def tiny() -> torch.fx.GraphModule:
     torch.manual_seed(0)
-    model = Tiny().double().eval()
+    model = Tiny()
     with torch.no_grad():  # running statistics that are not the identity
         model.bn.running_mean.uniform_(-1, 1)
         model.bn.running_var.uniform_(0.5, 2)
-    x = torch.randn(1, 3, 21, 19, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
-    return capture(model, x).gm
+    return _capture(model, (1, 3, 21, 19))
 
 
 def fx_layer_edges(gm: torch.fx.GraphModule, layers: set[str]) -> set[tuple[str, str]]:
@@ -131,33 +154,43 @@ def _recorded_values(gm: torch.fx.GraphModule, x: torch.Tensor) -> dict:
     return env
 
 
-def test_tiny_network_dependencies_equal_brute_force(tiny: torch.fx.GraphModule) -> None:
-    g = build_tile_graph(tiny, tiles_per_layer=24)
+@pytest.mark.parametrize("network", ["cnn", "attention"])
+def test_small_network_dependencies_equal_brute_force(tiny: torch.fx.GraphModule, network: str) -> None:
+    torch.manual_seed(0)
+    gm = tiny if network == "cnn" else _capture(TinyAttention(), (1, 7, 12))
+    g = build_tile_graph(gm, tiles_per_layer=24)
     g.verify()
     layers = {str(n) for n in g.layer_names}
     index = {str(n): i for i, n in enumerate(g.layer_names)}
-    edges = fx_layer_edges(tiny, layers)
+    edges = fx_layer_edges(gm, layers)
     assert g.layer_edges() == edges
     ops = {str(op) for op in g.layer_ops}
-    assert {"conv2d", "relu", "max_pool2d", "cat", "add", "adaptive_avg_pool2d", "linear"} <= ops
-    x = next(n for n in tiny.graph.nodes if n.op == "placeholder").meta["val"]
-    env = _recorded_values(tiny, torch.randn(x.shape, dtype=x.dtype))
+    want_ops = {"conv2d", "relu", "max_pool2d", "cat", "add", "adaptive_avg_pool2d", "linear"}
+    assert want_ops <= ops if network == "cnn" else {"linear", "matmul", "softmax", "layer_norm"} <= ops
+    x = next(n for n in gm.graph.nodes if n.op == "placeholder").meta["val"]
+    env = _recorded_values(gm, _random(tuple(x.shape)))
     for producer, consumer in sorted(edges):
         p, c = index[producer], index[consumer]
-        mask = _brute_layer_pairs(tiny, env, layers, producer, consumer)
+        mask = _brute_layer_pairs(gm, env, layers, producer, consumer)
         want = brute_pairs(mask, _labels(g, c), _labels(g, p))
         assert want, f"{producer} -> {consumer}: no dependency found by brute force"
         assert _graph_pairs(g, p, c) == want, f"{producer} -> {consumer}"
 
 
-@pytest.mark.parametrize("name", ["resnet50", "squeezenet1_0", "bert_base"])
+# between them: batch norm + getitem, cat, clone, views of attention, split, stack, select, sum, pad, slice
+ZOO = ["resnet50", "squeezenet1_0", "bert_base", "gpt2", "deepfm", "nasnet_a_mobile"]
+
+
+@pytest.mark.parametrize("name", ZOO)
 def test_zoo_tile_graph(zoo_cache, name: str, tmp_path) -> None:
     gm = zoo_cache.captured(name).gm
     g = build_tile_graph(gm)
-    g.verify()
-    layers = {str(n) for n in g.layer_names}
-    assert g.layer_edges() == fx_layer_edges(gm, layers)
-    assert sum(g.tile_counts().values()) == g.num_tiles > g.num_layers
+    split = build_tile_graph(gm, 8)  # small models take one tile a layer by default
+    assert split.num_tiles > split.num_layers == g.num_layers
+    for graph in (g, split):
+        graph.verify()
+        assert graph.layer_edges() == fx_layer_edges(gm, {str(n) for n in graph.layer_names})
+    assert sum(g.tile_counts().values()) == g.num_tiles
     g.save(tmp_path / "tiles.npz")
     assert TileGraph.load(tmp_path / "tiles.npz") == g
     assert build_tile_graph(gm) == g  # deterministic

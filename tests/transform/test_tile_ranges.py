@@ -141,6 +141,7 @@ CASES: list[tuple] = [
     ("gelu", aten.gelu.default, lambda: (_t(3, 5),), "0"),
     ("add_broadcast", aten.add.Tensor, lambda: (_t(2, 1, 5, 1), _t(3, 1, 6)), "0 1"),
     ("mul_scalar", aten.mul.Tensor, lambda: (_t(2, 3, 4), 2.5), "0"),
+    ("to_other", aten.to.other, lambda: (_t(3, 4), torch.zeros(5, dtype=torch.float32)), "0"),
     ("div_broadcast", aten.div.Tensor, lambda: (_t(3, 4, 5), _t(4, 1)), "0 1"),
     # where reads a value of x or y only where the condition picks it; which one is known at run time
     ("where", aten.where.self, lambda: (_mask(1, 5, 1), _t(3, 5, 4), _t(4)), "0 1s 2s"),
