@@ -1,6 +1,7 @@
 """ASPEN's tile dataflow graph (Park et al., NeurIPS 2023): every layer's output is cut into tiles, and
-each tile depends on exactly the tiles of other layers it reads, so a runtime can start a tile as soon as
-its parents are done, with no barrier between operators. This builds the graph only.
+each tile depends on the tiles of other layers it reads, so a runtime can start a tile as soon as its
+parents are done, with no barrier between operators. This builds the graph only. Dependencies are
+exact where the range maps are (most ops), a superset where tile_ranges says "bounding box".
 
 Layers are the compute nodes of an ATen graph (``tile_ops.plan_nodes``). Views (view, flatten,
 transpose, getitem, clone, split, slice, ...) get no tiles: their range maps are composed into their
@@ -196,7 +197,9 @@ def build_tile_graph(
     return _assemble(layers, grids, starts, parents_indptr, np.asarray(flat, dtype=np.int32))
 
 
-def _inputs(node: torch.fx.Node, plans: dict[torch.fx.Node, NodeMaps], index: dict) -> list[Input]:
+def _inputs(
+    node: torch.fx.Node, plans: dict[torch.fx.Node, NodeMaps], index: dict[torch.fx.Node, int]
+) -> list[Input]:
     """Each source of a layer followed through views to the layer that produces it; sources that end at
     graph inputs or constants are dropped (they are ready before any tile)."""
     out: list[Input] = []
@@ -230,9 +233,9 @@ def _tile_counts(
             count = policy[node.name]
         else:
             count = _default_count(node, inputs[i], layers, counts, work_per_tile)
-        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+        if not isinstance(count, (int, np.integer)) or isinstance(count, bool) or count < 1:
             raise InputError(f"tile count {count!r} for {node.format_node()}: it must be an int >= 1")
-        counts.append(count)
+        counts.append(int(count))
     return counts
 
 
@@ -286,7 +289,7 @@ def _assemble(
     for i, (node, grid) in enumerate(zip(layers, grids, strict=True)):
         nd = len(grid.bounds)
         shapes[i, :nd] = shape(node)
-        lo[starts[i] : starts[i + 1]], hi[starts[i] : starts[i + 1]] = _padded(grid.regions(), nd)
+        lo[starts[i] : starts[i + 1]], hi[starts[i] : starts[i + 1]] = _boxes(grid)
         padded = [*grid.bounds, *[(0, 1)] * (MAX_DIMS - nd)]
         bounds.extend(v for b in padded for v in b)
         grid_sizes.extend(len(b) for b in padded)
@@ -357,8 +360,7 @@ def _check_layers(g: TileGraph) -> None:
             if b[0] != 0 or b[-1] != dims[d] or (dims[d] and np.any(np.diff(b) <= 0)):
                 _fail(f"layer {g.layer_names[layer]}: grid along dim {d} is {b.tolist()} for size {dims[d]}")
         lo, hi = starts[layer], starts[layer + 1]
-        grid = Grid(tuple(tuple(int(v) for v in b) for b in bounds))
-        want = _padded(grid.regions(), nd)
+        want = _boxes(Grid(tuple(tuple(int(v) for v in b) for b in bounds)))
         if not (np.array_equal(g.tile_lo[lo:hi], want[0]) and np.array_equal(g.tile_hi[lo:hi], want[1])):
             _fail(f"layer {g.layer_names[layer]}: tile regions are not its grid in C order")
 
@@ -387,11 +389,12 @@ def _transpose(indptr: np.ndarray, indices: np.ndarray, n: int) -> tuple[np.ndar
     return ptr, rows[order]
 
 
-def _padded(regions: list, nd: int) -> tuple[np.ndarray, np.ndarray]:
-    """Tile regions as lo and hi arrays padded to MAX_DIMS with (0, 1)."""
-    lo = np.zeros((len(regions), MAX_DIMS), dtype=np.int32)
-    hi = np.ones((len(regions), MAX_DIMS), dtype=np.int32)
-    if nd:
-        arr = np.asarray(regions, dtype=np.int32).reshape(len(regions), nd, 2)
-        lo[:, :nd], hi[:, :nd] = arr[:, :, 0], arr[:, :, 1]
+def _boxes(grid: Grid) -> tuple[np.ndarray, np.ndarray]:
+    """Every tile's lo and hi corners in tile order (C order over the pieces), padded to MAX_DIMS."""
+    lo = np.zeros((grid.count, MAX_DIMS), dtype=np.int32)
+    hi = np.ones((grid.count, MAX_DIMS), dtype=np.int32)
+    pieces = np.indices(grid.splits).reshape(len(grid.splits), grid.count)
+    for d, b in enumerate(grid.bounds):
+        edges = np.asarray(b, dtype=np.int32)
+        lo[:, d], hi[:, d] = edges[pieces[d]], edges[pieces[d] + 1]
     return lo, hi

@@ -392,25 +392,25 @@ def plan_nodes(gm: torch.fx.GraphModule) -> dict[torch.fx.Node, NodeMaps]:
     naming every node that cannot be mapped."""
     plans: dict[torch.fx.Node, NodeMaps] = {}
     layers: set[torch.fx.Node] = set()
-    failed: list[tuple[torch.fx.Node, str]] = []
+    failed: dict[torch.fx.Node, str] = {}
     for node in gm.graph.nodes:
-        if node.target is operator.getitem and any(node.args[0] is n for n, _ in failed):
+        if node.target is operator.getitem and node.args[0] in failed:
             continue  # a piece of an op already named
         try:
             plan = _plan(node, layers)
         except _Unsupported as exc:
-            failed.append((node, str(exc)))
+            failed[node] = str(exc)
             continue
         if plan is not None:
             plans[node] = plan
             if plan.role == "layer":
                 layers.add(node)
     if failed:
-        lines = "\n".join(f"  {n.format_node()}\n    -> {why}" for n, why in failed)
+        lines = "\n".join(f"  {n.format_node()}\n    -> {why}" for n, why in failed.items())
         raise UnsupportedError(
             f"{len(failed)} node(s) have no tile range map; the tile graph covers the ATen ops that "
             f"pathweave.transform.tile_ops lists:\n{lines}",
-            ops=sorted({op_name(n) for n, _ in failed}),
+            ops=sorted({op_name(n) for n in failed}),
         )
     return plans
 
@@ -423,6 +423,8 @@ def _plan(node: torch.fx.Node, layers: set[torch.fx.Node]) -> NodeMaps | None:
     name = op_name(node)
     if name == "getitem":
         return NodeMaps("view", (_getitem(node, layers),))
+    if not hasattr(node.target, "_schema"):
+        raise _Unsupported(f"{name} is not an ATen op: tile graphs need an ATen graph (torch.export)")
     if not tensor_specs(node) or name in MULTI_VIEWS:
         return None  # no tensor (assertions), or pieces only getitem reads
     if name in VIEWS:

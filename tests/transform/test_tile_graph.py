@@ -264,3 +264,21 @@ def test_unsupported_graph_raises_before_building() -> None:
     with pytest.raises(UnsupportedError) as info:
         build_tile_graph(gm)
     assert info.value.ops == ["cumsum", "sort"]
+
+
+def test_scalar_layers_and_five_dims() -> None:
+    class Reduce(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.relu(x).sum() * 2
+
+    g = build_tile_graph(capture(Reduce(), torch.randn(3, 5)).gm, 3)
+    g.verify()
+    assert g.tile_counts() == {"relu": 3, "sum_1": 1, "mul": 1}
+    assert list(g.parents(3)) == [0, 1, 2] and list(g.parents(4)) == [3]
+
+    class FiveDims(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.relu(x.unsqueeze(0)).sum(0)
+
+    with pytest.raises(UnsupportedError, match="at most 4 dims"):
+        build_tile_graph(capture(FiveDims(), torch.randn(1, 2, 3, 4)).gm)
