@@ -20,7 +20,7 @@ from pathweave.errors import InputError, PlanError, UnsupportedError
 from pathweave.transform.tile_graph import TileGraph, build_tile_graph
 from pathweave.transform.tile_grid import Grid, make_grid, max_tiles
 
-from .tile_brute import brute_pairs
+from .tile_brute import brute_pairs, tile_labels
 
 
 class Tiny(nn.Module):
@@ -96,12 +96,10 @@ def fx_layer_edges(gm: torch.fx.GraphModule, layers: set[str]) -> set[tuple[str,
 
 
 def _labels(g: TileGraph, layer: int) -> np.ndarray:
-    nd = int(g.layer_ndim[layer])
-    labels = np.full(tuple(int(n) for n in g.layer_shapes[layer][:nd]), -1, dtype=np.int64)
-    for t in range(g.layer_tile_start[layer], g.layer_tile_start[layer + 1]):
-        labels[tuple(slice(lo, hi) for lo, hi in zip(g.tile_lo[t][:nd], g.tile_hi[t][:nd], strict=True))] = t
-    assert (labels >= 0).all()
-    return labels.reshape(-1)
+    """Each element's tile number (in the whole graph) under the layer's grid."""
+    grid = Grid(tuple(tuple(int(v) for v in b) for b in g.grid(layer)))
+    shape = [int(n) for n in g.layer_shapes[layer][: g.layer_ndim[layer]]]
+    return tile_labels(grid, shape) + int(g.layer_tile_start[layer])
 
 
 def _graph_pairs(g: TileGraph, producer: int, consumer: int) -> set[tuple[int, int]]:
@@ -118,7 +116,9 @@ def _first(value: object) -> torch.Tensor:
     return value[0] if isinstance(value, (tuple, list)) else value  # type: ignore[return-value,index]
 
 
-def _brute_layer_pairs(gm: torch.fx.GraphModule, env: dict, layers: set[str], producer: str, consumer: str):
+def _brute_layer_pairs(
+    gm: torch.fx.GraphModule, env: dict, layers: set[str], producer: str, consumer: str
+) -> np.ndarray:
     """Mask of consumer elements x producer elements: NaN one producer element, rerun the nodes between
     them that are not layers (the views) and the consumer, the others keep their recorded values."""
     order = list(gm.graph.nodes)
