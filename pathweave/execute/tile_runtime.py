@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ExecutionError, MissingDependencyError
+from ..transform.tile_graph import TileGraph
 
 #: op codes the native runtime dispatches on (see tile_runtime.c)
 OP_TEST = 0
@@ -70,22 +71,50 @@ def depth_columns(parents: list[list[int]]) -> np.ndarray:
     return (depth * MAX_COLUMNS // top).astype(np.int32)
 
 
+def csr_depth_columns(p_ptr: np.ndarray, p_idx: np.ndarray) -> np.ndarray:
+    """``depth_columns`` for parents given as CSR."""
+    return depth_columns([p_idx[p_ptr[t] : p_ptr[t + 1]].tolist() for t in range(len(p_ptr) - 1)])
+
+
 class TileRuntime:
-    """One tile graph on ``workers`` scheduling engines (the caller's thread is engine 0)."""
+    """One tile graph on ``workers`` scheduling engines (the caller's thread is engine 0).
+
+    ``parents`` lists each tile's parents (tiles in topological order); ``from_graph`` takes a
+    ``transform.tile_graph.TileGraph`` and its CSR arrays as they are."""
 
     def __init__(self, parents: list[list[int]], ops: np.ndarray, workers: int = 1) -> None:
-        n = len(parents)
-        if any(p >= t for t, ps in enumerate(parents) for p in ps):
-            raise ExecutionError("tiles must come in topological order (every parent before its child)")
-        children: list[list[int]] = [[] for _ in range(n)]
+        children: list[list[int]] = [[] for _ in range(len(parents))]
         for t, ps in enumerate(parents):
             for p in ps:
                 children[p].append(t)
+        self._start(*csr(parents), *csr(children), ops, depth_columns(parents), workers)
+
+    @classmethod
+    def from_graph(cls, graph: TileGraph, ops: np.ndarray, workers: int = 1) -> TileRuntime:
+        rt = cls.__new__(cls)
+        p_ptr, p_idx = graph.parents_indptr, graph.parents_indices
+        rt._start(p_ptr, p_idx, graph.children_indptr, graph.children_indices, ops,
+                  csr_depth_columns(p_ptr, p_idx), workers)  # fmt: skip
+        return rt
+
+    def _start(
+        self,
+        p_ptr: np.ndarray,
+        p_idx: np.ndarray,
+        c_ptr: np.ndarray,
+        c_idx: np.ndarray,
+        ops: np.ndarray,
+        cols: np.ndarray,
+        workers: int,
+    ) -> None:
+        n = len(p_ptr) - 1
+        child = np.repeat(np.arange(n, dtype=np.int64), np.diff(p_ptr))
+        if len(p_idx) and (p_idx >= child).any():
+            raise ExecutionError("tiles must come in topological order (every parent before its child)")
         self._lib = _library()
-        self.p_ptr, self.p_idx = csr(parents)
-        self.c_ptr, self.c_idx = csr(children)
-        self.ops = np.ascontiguousarray(ops, dtype=np.int32)
-        self.cols = depth_columns(parents)
+        as32 = lambda a: np.ascontiguousarray(a, dtype=np.int32)  # noqa: E731
+        self.p_ptr, self.p_idx, self.c_ptr, self.c_idx = as32(p_ptr), as32(p_idx), as32(c_ptr), as32(c_idx)
+        self.ops, self.cols = as32(ops), as32(cols)
         self.n = n
         self._rt = self._lib.pw_create(n, self.p_ptr, self.p_idx, self.c_ptr, self.c_idx, self.ops, self.cols,
                                        workers)  # fmt: skip

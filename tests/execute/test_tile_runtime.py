@@ -134,3 +134,21 @@ def test_csr_and_depth_columns() -> None:
     assert ptr.tolist() == [0, 0, 1, 3] and idx.tolist() == [0, 0, 1]
     # depths 0, 1, 2 on 64 columns: 0, 21, 42
     assert depth_columns([[], [0], [1]]).tolist() == [0, 21, 42]
+
+
+@pytest.mark.parametrize("name", ["resnet50", "bert_base"])
+def test_zoo_tile_graphs_run_in_dependency_order(name: str, zoo_cache) -> None:
+    from pathweave.transform.tile_graph import build_tile_graph
+
+    graph = build_tile_graph(zoo_cache.captured(name).gm, 8)
+    parents = [graph.parents(t).tolist() for t in range(graph.num_tiles)]
+    bias = np.random.default_rng(0).standard_normal(graph.num_tiles).astype(np.float32) * 0.1
+    want = _reference(parents, bias)
+    rt = TileRuntime.from_graph(graph, np.full(graph.num_tiles, OP_TEST, np.int32), workers=2)
+    out = np.full(graph.num_tiles, np.nan, np.float32)
+    rt.set_test_data(out, bias, np.zeros(graph.num_tiles, np.int32))
+    for _ in range(10):
+        out[:] = np.nan
+        rt.run()
+        np.testing.assert_array_equal(out, want)
+    rt.close()
