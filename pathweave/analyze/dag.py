@@ -28,20 +28,26 @@ class Dag:
         return sum(len(p) for p in self.preds.values())
 
 
-def build_dag(gm: torch.fx.GraphModule) -> Dag:
-    owner: dict[torch.fx.Node, str] = {}  # fx node -> DAG node that stands for it
-    order: list[str] = []
-    preds: dict[str, tuple[str, ...]] = {}
+def dag_owners(gm: torch.fx.GraphModule) -> dict[torch.fx.Node, str]:
+    """The DAG node every compute fx node belongs to: itself, or, for a tuple access, its producer's."""
+    owner: dict[torch.fx.Node, str] = {}
     for node in gm.graph.nodes:
         if not is_compute(node):
             continue
         srcs = dict.fromkeys(owner[a] for a in node.all_input_nodes if a in owner)
-        if op_name(node, gm) in TRANSPARENT and len(srcs) == 1:
-            owner[node] = next(iter(srcs))
-            continue
-        owner[node] = node.name
-        order.append(node.name)
-        preds[node.name] = tuple(srcs)
+        transparent = op_name(node, gm) in TRANSPARENT and len(srcs) == 1
+        owner[node] = next(iter(srcs)) if transparent else node.name
+    return owner
+
+
+def build_dag(gm: torch.fx.GraphModule) -> Dag:
+    owner = dag_owners(gm)
+    order: list[str] = []
+    preds: dict[str, tuple[str, ...]] = {}
+    for node, name in owner.items():
+        if name == node.name:
+            order.append(name)
+            preds[name] = tuple(dict.fromkeys(owner[a] for a in node.all_input_nodes if a in owner))
     succs: dict[str, list[str]] = {n: [] for n in order}
     for n in order:
         for p in preds[n]:

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 import torch.fx
 
+from ..analyze.dag import dag_owners
 from ..analyze.ops import mutates
 from ..errors import ExecutionError, PlanError, UnsupportedError
 from ..schedule.plan import LanePlan
@@ -52,16 +53,10 @@ def lane_assignment(gm: torch.fx.GraphModule, plan: LanePlan) -> dict[torch.fx.N
     """Lane of every compute node; tuple accesses (merged into their producer in the DAG) follow it."""
     lane_of = plan.lane_of()
     out: dict[torch.fx.Node, int] = {}
-    for node in gm.graph.nodes:
-        if node.op not in ("call_function", "call_module", "call_method"):
-            continue
-        if node.name in lane_of:
-            out[node] = lane_of[node.name]
-        else:  # a getitem merged into its producer
-            producer = next((a for a in node.all_input_nodes if a in out), None)
-            if producer is None:
-                raise PlanError(f"the plan places no lane for node {node.format_node()}")
-            out[node] = out[producer]
+    for node, name in dag_owners(gm).items():
+        if name not in lane_of:
+            raise PlanError(f"the plan places no lane for node {node.format_node()}")
+        out[node] = lane_of[name]
     return out
 
 

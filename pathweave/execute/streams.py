@@ -31,12 +31,12 @@ import torch.fx
 import torch.utils._pytree as pytree
 
 from ..analyze.cost import annotate
-from ..analyze.dag import build_dag
+from ..analyze.dag import build_dag, dag_owners
 from ..analyze.kernels import GpuLimits, node_bounds, node_demand, profile_kernels
 from ..analyze.ops import mutates, op_name
 from ..capture.graph import Captured
 from ..errors import ExecutionError, UnsupportedError
-from ..schedule.streams import StreamPlan, plan_streams
+from ..schedule.streams import StreamPlan, plan_streams, waits_into
 
 MEMORY_MODES = ("reuse", "keepalive")
 _RANDOM = {"rand", "randn", "rand_like", "randn_like", "randint", "bernoulli", "normal", "native_dropout",
@@ -54,18 +54,11 @@ def refuse_unsafe(gm: torch.fx.GraphModule) -> None:
 
 
 def owners(gm: torch.fx.GraphModule, plan_nodes: set[str]) -> dict[torch.fx.Node, str]:
-    """The plan node each compute fx node belongs to; tuple accesses follow their producer."""
-    out: dict[torch.fx.Node, str] = {}
-    for node in gm.graph.nodes:
-        if node.op in ("placeholder", "get_attr", "output"):
-            continue
-        if node.name in plan_nodes:
-            out[node] = node.name
-        else:
-            producer = next((a for a in node.all_input_nodes if a in out), None)
-            if producer is None:
-                raise ExecutionError(f"the stream plan has no place for node {node.format_node()}")
-            out[node] = out[producer]
+    """The plan node each compute fx node belongs to (``dag_owners``), checked against the plan."""
+    out = dag_owners(gm)
+    missing = next((n for n, name in out.items() if name not in plan_nodes), None)
+    if missing is not None:
+        raise ExecutionError(f"the stream plan has no place for node {missing.format_node()}")
     return out
 
 
@@ -135,7 +128,7 @@ class StreamsExecutor:
         made_on: dict[torch.fx.Node, int] = {}
         sof = self.plan.stream_of()
         events = {n: torch.cuda.Event() for n in self.plan.recorded()}
-        waits = _waits_of(self.plan.waits)
+        waits = waits_into(self.plan.waits)
         here = torch.cuda.current_stream()
         for s in self.streams:
             s.wait_stream(here)  # fork: joins every stream to the capture
@@ -188,13 +181,6 @@ def _new_storages(node: torch.fx.Node, env: Mapping) -> list[int]:
 
     seen = set().union(*(ptrs(env[a]) for a in node.all_input_nodes)) if node.all_input_nodes else set()
     return sorted(ptrs(env[node]) - seen)
-
-
-def _waits_of(waits: tuple[tuple[str, str], ...]) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {}
-    for p, c in waits:
-        out.setdefault(c, []).append(p)
-    return out
 
 
 class StreamsStrategy:

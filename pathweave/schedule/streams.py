@@ -110,13 +110,19 @@ class StreamPlan:
         )
 
 
+def waits_into(waits: tuple[tuple[str, str], ...]) -> dict[str, list[str]]:
+    """Consumer -> the producers whose events its stream waits on, in the plan's order."""
+    into: dict[str, list[str]] = {}
+    for p, c in waits:
+        into.setdefault(c, []).append(p)
+    return into
+
+
 def _clocks(
     order: tuple[str, ...], sof: Mapping[str, int], waits: tuple[tuple[str, str], ...], streams: int
 ) -> tuple[dict[str, list[int]], dict[str, int]]:
     """Vector clock of every node (how far into each stream it is ordered after) and its stream position."""
-    waits_of: dict[str, list[str]] = {}
-    for p, c in waits:
-        waits_of.setdefault(c, []).append(p)
+    waits_of = waits_into(waits)
     stream_clock = [[-1] * streams for _ in range(streams)]
     clock: dict[str, list[int]] = {}
     pos: dict[str, int] = {}
@@ -162,9 +168,7 @@ def simulate(
     sync_us: float = SYNC_US,
 ) -> float:
     """Makespan when each stream runs its kernels in order and the GPU never runs out of SMs."""
-    waits_of: dict[str, list[str]] = {}
-    for p, c in waits:
-        waits_of.setdefault(c, []).append(p)
+    waits_of = waits_into(waits)
     free: dict[int, float] = {}
     finish: dict[str, float] = {}
     for n in order:
