@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import platform
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -50,6 +52,23 @@ def cache_dir() -> Path:
         return Path(env)
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "pathweave"
+
+
+def read_cache(path: Path) -> Any:
+    """The JSON stored at ``path``, or None when there is none or it cannot be read."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def write_cache(path: Path, data: Any) -> None:
+    """Store ``data`` as JSON at ``path``; a read-only home only costs recomputing it next time."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(data))
+    except OSError:
+        pass
 
 
 #: L2 size assumed when the machine does not say

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from ..machine import cache_dir
+from ..machine import cache_dir, read_cache, write_cache
 from ..meta import COST, KERNELS, Kernel, NodeCost, NodeKernels
 
 RANGE_PREFIX = "pw::"
@@ -189,21 +189,15 @@ def profile_kernels(
 
 
 def _save(path: Path, found: dict[str, NodeKernels]) -> None:
-    data = {n: [k.__dict__ for k in nk.kernels] for n, nk in found.items()}
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(data))
-    except OSError:
-        pass  # a read-only home only costs a re-profile next time
+    write_cache(path, {n: [k.__dict__ for k in nk.kernels] for n, nk in found.items()})
 
 
 def _load(path: Path) -> dict[str, NodeKernels] | None:
     try:
-        data = json.loads(path.read_text())
         return {
             n: NodeKernels(tuple(Kernel(k["name"], tuple(k["grid"]), tuple(k["block"]), int(k["registers"]),
                                         int(k["shared_memory"]), float(k["duration_us"])) for k in ks))
-            for n, ks in data.items()
+            for n, ks in read_cache(path).items()
         }  # fmt: skip
-    except (OSError, ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, AttributeError):
         return None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from typing import Any
@@ -11,7 +10,7 @@ import torch
 import torch.fx
 
 from ..capture.graph import Captured
-from ..machine import cache_dir, machine_key
+from ..machine import cache_dir, machine_key, read_cache, write_cache
 from ..meta import TIME_US
 
 
@@ -47,14 +46,10 @@ def measure_node_times(captured: Captured, repeats: int = 5, use_cache: bool = T
 
 def _load(path) -> dict[str, float] | None:
     try:
-        return {str(k): float(v) for k, v in json.loads(path.read_text()).items()}
-    except (OSError, ValueError, AttributeError):
+        return {str(k): float(v) for k, v in read_cache(path).items()}
+    except (ValueError, AttributeError, TypeError):
         return None
 
 
 def _save(path, times: dict[str, float]) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(times))
-    except OSError:
-        pass  # a read-only home only costs a re-profile next time
+    write_cache(path, times)
