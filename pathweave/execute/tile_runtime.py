@@ -67,13 +67,13 @@ def depth_columns(parents: list[list[int]]) -> np.ndarray:
     for t, ps in enumerate(parents):
         if ps:
             depth[t] = 1 + max(depth[p] for p in ps)
+    return scale_columns(depth)
+
+
+def scale_columns(depth: np.ndarray) -> np.ndarray:
+    """Depths (roots 0) onto the runtime's columns 0..63, in proportion to the deepest."""
     top = int(depth.max(initial=0)) + 1
     return (depth * MAX_COLUMNS // top).astype(np.int32)
-
-
-def csr_depth_columns(p_ptr: np.ndarray, p_idx: np.ndarray) -> np.ndarray:
-    """``depth_columns`` for parents given as CSR."""
-    return depth_columns([p_idx[p_ptr[t] : p_ptr[t + 1]].tolist() for t in range(len(p_ptr) - 1)])
 
 
 class TileRuntime:
@@ -94,7 +94,7 @@ class TileRuntime:
         rt = cls.__new__(cls)
         p_ptr, p_idx = graph.parents_indptr, graph.parents_indices
         rt._start(p_ptr, p_idx, graph.children_indptr, graph.children_indices, ops,
-                  csr_depth_columns(p_ptr, p_idx), workers)  # fmt: skip
+                  scale_columns(graph.tile_depths() - 1), workers)  # fmt: skip
         return rt
 
     def _start(

@@ -104,8 +104,10 @@ class TileGraph:
 
     def depth(self) -> int:
         """Tiles on the longest parent chain: the fewest steps any runtime needs."""
-        if not self.num_tiles:
-            return 0
+        return int(self.tile_depths().max(initial=0))
+
+    def tile_depths(self) -> np.ndarray:
+        """Per tile, the tiles on the longest parent chain that ends at it (a root: 1)."""
         depth = np.zeros(self.num_tiles, dtype=np.int64)
         starts = self.layer_tile_start
         for layer in range(self.num_layers):
@@ -115,7 +117,7 @@ class TileGraph:
             best = np.zeros(hi - lo, dtype=np.int64)
             np.maximum.at(best, local, depth[self.parents_indices[e_lo:e_hi]])
             depth[lo:hi] = best + 1
-        return int(depth.max())
+        return depth
 
     def summary(self) -> str:
         """Counts of layers, tiles and edges, the longest chain, and tiles per op."""
