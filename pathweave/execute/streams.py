@@ -206,7 +206,7 @@ class StreamsStrategy:
             raise UnsupportedError("strategy 'streams' needs CUDA; on CPU use 'lanes' or 'sequential'")
         self.captured = captured
         gm = copy.deepcopy(captured.gm).to("cuda")
-        refuse_unsafe(gm)
+        refuse_unsafe(gm)  # before seconds of profiling; the executor checks again for direct callers
         static = [t.to("cuda") for t in captured.example_inputs]
         limits = GpuLimits.of_device()
         t0 = time.perf_counter()
