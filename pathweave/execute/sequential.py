@@ -22,6 +22,7 @@ from ..capture.graph import Captured
 from ..compare import mismatch
 from ..errors import ExecutionError
 from ..transform import FAST_CPU, PassReport, run_pipeline
+from ..transform.device import to_device
 from .outputs import aliased_outputs, copy_aliased
 
 #: the fast path must agree with the captured graph within these on the example inputs
@@ -53,7 +54,7 @@ class SequentialExecutor:
         self._aliased = aliased_outputs(self.gm)
 
     def _build(self, pipeline: tuple[ModuleType, ...]) -> torch.fx.GraphModule:
-        gm = copy.deepcopy(self.captured.gm).to(self.device)
+        gm = to_device(self.captured.gm, self.device)
         if not pipeline or self.device.type != "cpu":
             return gm
         reference = copy.deepcopy(gm)

@@ -20,7 +20,6 @@ Capture contract:
 
 from __future__ import annotations
 
-import copy
 import time
 import warnings
 from collections.abc import Mapping
@@ -37,6 +36,7 @@ from ..analyze.ops import mutates, op_name
 from ..capture.graph import Captured
 from ..errors import ExecutionError, UnsupportedError
 from ..schedule.streams import StreamPlan, plan_streams, waits_into
+from ..transform.device import to_device
 
 MEMORY_MODES = ("reuse", "keepalive")
 _RANDOM = {"rand", "randn", "rand_like", "randn_like", "randint", "bernoulli", "normal", "native_dropout",
@@ -86,6 +86,8 @@ class StreamsExecutor:
         self._last_use = self._last_uses()
         self.static = [t.detach().clone() for t in example_inputs]
         self.streams = [torch.cuda.Stream() for _ in range(max(plan.streams, 1))]
+        # made once and reused by every launch, so the capture records events that already exist
+        self._events = {n: torch.cuda.Event() for n in plan.recorded()}
         with torch.inference_mode():
             for _ in range(2):  # warm-up, outside the graph
                 self._launch(self.static)
@@ -127,7 +129,7 @@ class StreamsExecutor:
                 env[node] = interp.run_node(node)
         made_on: dict[torch.fx.Node, int] = {}
         sof = self.plan.stream_of()
-        events = {n: torch.cuda.Event() for n in self.plan.recorded()}
+        events = self._events
         waits = waits_into(self.plan.waits)
         here = torch.cuda.current_stream()
         for s in self.streams:
@@ -205,7 +207,7 @@ class StreamsStrategy:
         if not torch.cuda.is_available():
             raise UnsupportedError("strategy 'streams' needs CUDA; on CPU use 'lanes' or 'sequential'")
         self.captured = captured
-        gm = copy.deepcopy(captured.gm).to("cuda")
+        gm = to_device(captured.gm, "cuda")
         refuse_unsafe(gm)  # before seconds of profiling; the executor checks again for direct callers
         static = [t.to("cuda") for t in captured.example_inputs]
         limits = GpuLimits.of_device()
@@ -230,6 +232,11 @@ class StreamsStrategy:
                           "sequential CUDA Graph instead", stacklevel=2)  # fmt: skip
             self.plan = plan_streams(dag, "single", weight.__getitem__)
             self.executor = StreamsExecutor(gm, self.plan, static, memory, copy_outputs)
+
+    @property
+    def label(self) -> str:
+        """The strategy and the plan it runs, e.g. ``streams:opara`` (``streams:single`` after a fallback)."""
+        return f"streams:{self.plan.policy}"
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.captured.out_spec_unflatten(self.run_flat(self.captured.flatten_inputs(args, kwargs)))
