@@ -156,7 +156,7 @@ def _faster(a: Any, b: Any, captured: Captured, sync: Any = None) -> Any:
     if hasattr(drop, "close"):
         drop.close()
     keep.auto_times_ms = {  # what the choice was based on
-        a.strategy: statistics.median(times[0]) * 1e3,
-        b.strategy: statistics.median(times[1]) * 1e3,
+        getattr(a, "label", a.strategy): statistics.median(times[0]) * 1e3,
+        getattr(b, "label", b.strategy): statistics.median(times[1]) * 1e3,
     }
     return keep

@@ -21,7 +21,8 @@ class Candidate:
 
     ``threads`` is the intra-op thread count the harness sets (``torch.set_num_threads``) before each
     call, outside the timed region; ``sync`` is called after each timed call where the work is
-    asynchronous (CUDA).
+    asynchronous (CUDA). ``cuda_events``: time the call with CUDA events on the current stream (the GPU's
+    own clock, from the first launch to the last kernel) instead of the host clock around a synchronize.
     """
 
     name: str
@@ -31,6 +32,7 @@ class Candidate:
     sync: Callable[[], None] | None = None
     note: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    cuda_events: bool = False
 
 
 def flatten_outputs(out: Any) -> list[torch.Tensor]:

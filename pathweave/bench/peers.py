@@ -441,7 +441,8 @@ def build_cuda_eager(
         with torch.inference_mode():
             return model(*inputs)
 
-    return Candidate("cuda:eager", "peer", run, threads, sync=torch.cuda.synchronize, note="inference_mode")
+    return Candidate("cuda:eager", "peer", run, threads, sync=torch.cuda.synchronize, note="inference_mode",
+                     cuda_events=True)  # fmt: skip
 
 
 def build_cuda_graph(
@@ -472,7 +473,14 @@ def build_cuda_graph(
 
     extra = {"build_s": time.perf_counter() - start}
     return Candidate(
-        "cuda:graph", "peer", run, threads, sync=torch.cuda.synchronize, note="static inputs", extra=extra
+        "cuda:graph",
+        "peer",
+        run,
+        threads,
+        sync=torch.cuda.synchronize,
+        note="static inputs",
+        extra=extra,
+        cuda_events=True,
     )
 
 
@@ -510,7 +518,8 @@ def _cuda_compile(
     except Exception as exc:
         raise Skip(f"torch.compile({mode}) failed: {_one_line(exc)}") from exc
     extra = {"build_s": time.perf_counter() - start}
-    return Candidate(name, "peer", run, threads, sync=torch.cuda.synchronize, note=mode, extra=extra)
+    return Candidate(name, "peer", run, threads, sync=torch.cuda.synchronize, note=mode, extra=extra,
+                     cuda_events=True)  # fmt: skip
 
 
 # -------------------------------------------------------------------------------------------- registry

@@ -28,19 +28,23 @@ def format_analysis(d: dict[str, Any]) -> str:
 def format_bench(d: dict[str, Any]) -> str:
     cands = d["candidates"]
     ok = [c for c in cands if c["status"] == "ok" and c["median_ms"] is not None]
-    eager = next((c["median_ms"] for c in ok if c["name"] == "eager"), None)
+    cuda = str(d["settings"]["device"]).startswith("cuda")
+    median = {c["name"]: c["median_ms"] for c in ok}
+    eager = median.get("cuda:eager" if cuda else "eager")
+    graph = median.get("cuda:graph")  # on CUDA the baseline to beat: the model as one CUDA Graph
     peers = [c["median_ms"] for c in ok if c["kind"] == "peer"]
     best_peer = min(peers) if peers else None
     rows = []
     for c in cands:
         ms = c["median_ms"]
         rows.append([
-            c["name"], c["status"], f"{ms:.2f}" if ms else "-",
+            c["name"], c["status"], (f"{ms:.3f}" if cuda else f"{ms:.2f}") if ms else "-",
             f"{eager / ms:.2f}x" if ms and eager else "-",
+            *([f"{graph / ms:.2f}x" if ms and graph else "-"] if cuda else []),
             f"{ms / best_peer:.2f}" if ms and best_peer else "-",
             f"{c['max_abs_diff']:.1e}" if c["max_abs_diff"] is not None else "-",
             f"{c['max_rel_diff']:.1e}" if c.get("max_rel_diff") is not None else "-",
-            c["note"][:60],
+            c["note"][:80],
         ])  # fmt: skip
     m, s = d["machine"], d["settings"]
     head = (
@@ -55,6 +59,7 @@ def format_bench(d: dict[str, Any]) -> str:
             "status",
             "median ms",
             "vs eager",
+            *(["vs cuda:graph"] if cuda else []),
             "vs best peer",
             "max abs diff",
             "max rel diff",
