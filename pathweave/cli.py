@@ -50,6 +50,12 @@ def _parser() -> argparse.ArgumentParser:
     pl.add_argument("--json", type=Path, help="write the variants as JSON here")
     pl.add_argument("--streams", action="store_true", help="Opara's CUDA stream plans and baselines instead")
     pl.add_argument("--max-streams", type=int, default=None, help="cap on streams (with --streams)")
+    tl = sub.add_parser("timeline", help="kernels by stream in one CUDA Graph replay, one stream vs Opara")
+    tl.add_argument("model", nargs="?", default=DEFAULT_MODEL, help=model_help)
+    tl.add_argument("--batch", type=int, default=1)
+    tl.add_argument("--policy", default="opara", help="stream policy to compare with the single stream")
+    tl.add_argument("-o", "--output", type=Path, default=Path("timeline.png"))
+    tl.add_argument("--json", type=Path, help="write the kernel spans as JSON here")
     t = sub.add_parser("table", help="markdown results table from bench --json files")
     t.add_argument("files", nargs="+", type=Path)
     return p
@@ -130,6 +136,31 @@ def _plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _timeline(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from .capture import capture
+    from .execute.streams import StreamsStrategy
+    from .report.timeline import plot_timelines, replay_spans, summary
+    from .zoo.load import load_model
+
+    loaded = load_model(args.model, batch=args.batch)
+    captured = capture(loaded.model, *loaded.inputs, name=loaded.name)
+    panels = {}
+    flat = [t.to("cuda") for t in captured.example_inputs]
+    for policy in dict.fromkeys(("single", args.policy)):
+        strat = StreamsStrategy(captured, policy=policy, copy_outputs=False)
+        panels[policy] = replay_spans(lambda s=strat: s.run_flat(flat))
+        st = summary(panels[policy])
+        print(f"{policy:10} {st['makespan_us']:9.1f} us makespan  {st['kernel_us']:9.1f} us of kernels  "
+              f"overlap {st['overlap']:.2f}x  {int(st['streams'])} streams")  # fmt: skip
+    plot_timelines(panels, args.output, f"{captured.name}, batch {args.batch}: one CUDA Graph replay")
+    print(f"wrote {args.output}")
+    if args.json:
+        args.json.write_text(json.dumps({k: [asdict(s) for s in v] for k, v in panels.items()}))
+    return 0
+
+
 def _codegen(args: argparse.Namespace) -> int:
     from .report.codegen import write_module
     from .report.plan import lc_plan
@@ -152,6 +183,8 @@ def main(argv: list[str] | None = None) -> int:
             return _plan(args)
         if args.command == "codegen":
             return _codegen(args)
+        if args.command == "timeline":
+            return _timeline(args)
         if args.command == "table":
             from .report.results import markdown_table
 

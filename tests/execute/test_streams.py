@@ -65,7 +65,17 @@ def test_tuple_accesses_follow_their_producer() -> None:
 # ------------------------------------------------------------------------------------------------ CUDA
 
 
+@pytest.fixture
+def exact_fp32():
+    """cuDNN may use TF32 for convolutions by default; the comparisons below want plain fp32."""
+    saved = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.backends.cudnn.allow_tf32 = saved
+
+
 @pytest.mark.gpu
+@pytest.mark.usefixtures("exact_fp32")
 @pytest.mark.parametrize("policy", POLICIES)
 def test_every_policy_matches_eager_on_repeated_calls(policy: str, outputs_close) -> None:
     from pathweave.execute.streams import StreamsStrategy
@@ -81,14 +91,15 @@ def test_every_policy_matches_eager_on_repeated_calls(policy: str, outputs_close
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", ["googlenet", "nasnet_a_mobile", "bert_base"])
+@pytest.mark.usefixtures("exact_fp32")
+@pytest.mark.parametrize("name", ["googlenet", "nasnet_a_mobile", "bert_base", "gpt2", "deepfm"])
 def test_zoo_models_match_eager(name: str, zoo_cache, outputs_close) -> None:
     from pathweave.execute.streams import StreamsStrategy
 
     model = zoo_cache.model(name).cuda()
     inputs = tuple(t.cuda() for t in zoo_cache.inputs(name))
     strat = StreamsStrategy(pathweave.capture(model, *inputs, name=name))
-    assert strat.plan.streams > 1
+    assert strat.plan.streams > 1 and strat.plan.policy == "opara"  # not the single-stream fallback
     with torch.no_grad():
         want = model(*inputs)
     outputs_close(strat(*inputs), want, rtol=1e-3, atol_scale=1e-3)
@@ -114,4 +125,24 @@ def test_no_block_read_by_another_stream_is_reused_during_capture(zoo_cache) -> 
         if name in cross:
             reused = [later for later, _, p in log[i + 1 :] if p == ptr]
             assert not reused, f"{name} (read across streams) had its block reused by {reused[0]}"
+    model.cpu()
+
+
+@pytest.mark.gpu
+@pytest.mark.usefixtures("exact_fp32")
+def test_auto_and_the_timeline_on_cuda(zoo_cache, outputs_close) -> None:
+    """``optimize`` on CUDA tries both graphs and keeps one; a replay of the Opara graph uses its streams."""
+    from pathweave.execute.streams import StreamsStrategy
+    from pathweave.report.timeline import replay_spans, summary
+
+    model = zoo_cache.model("googlenet").cuda()
+    inputs = tuple(t.cuda() for t in zoo_cache.inputs("googlenet"))
+    fast = pathweave.optimize(model, *inputs)
+    assert set(fast.auto_times_ms) == {"streams:single", "streams:opara"}
+    with torch.no_grad():
+        want = model(*inputs)
+    outputs_close(fast(*inputs), want, rtol=1e-3, atol_scale=1e-3)
+    strat = StreamsStrategy(pathweave.capture(model, *inputs, name="googlenet"), copy_outputs=False)
+    spans = replay_spans(lambda: strat.run_flat(list(inputs)))
+    assert summary(spans)["streams"] > 1
     model.cpu()
