@@ -62,7 +62,7 @@ def annotate(gm: torch.fx.GraphModule) -> None:
 
 
 def _inner_dim(node: torch.fx.Node, name: str, gm: torch.fx.GraphModule | None) -> int:
-    if name == "linear" or name == "_linear_pointwise":
+    if name in ("linear", "_linear_pointwise", "linear_act"):
         w = weight_tensor(node, gm)
         return int(w[-1]) if w is not None else 1
     args = [a for a in node.args if isinstance(a, torch.fx.Node)]

@@ -17,8 +17,8 @@ _MODULE_OPS = {
     "Identity": "alias",
 }  # fmt: skip
 
-CONV = {"conv1d", "conv2d", "conv3d", "convolution", "_convolution", "_convolution_pointwise"}
-MATMUL = {"linear", "addmm", "mm", "bmm", "matmul", "baddbmm", "_linear_pointwise", "einsum"}
+CONV = {"conv1d", "conv2d", "conv3d", "convolution", "_convolution", "_convolution_pointwise", "conv2d_act"}
+MATMUL = {"linear", "addmm", "mm", "bmm", "matmul", "baddbmm", "_linear_pointwise", "einsum", "linear_act"}
 POOL = {
     "max_pool2d",
     "avg_pool2d",

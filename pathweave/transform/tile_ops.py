@@ -174,6 +174,12 @@ def _conv(node: torch.fx.Node, args: dict[str, Any]) -> list[Source]:
     return out
 
 
+def _conv_act(node: torch.fx.Node, args: dict[str, Any]) -> list[Source]:
+    """``tile_fuse``'s conv2d + residual + activation: the residual is read at the output's positions."""
+    residual = args.get("residual")
+    return _conv(node, args) + ([(residual, lambda r: r)] if _is_tensor(residual) else [])
+
+
 def _pool(node: torch.fx.Node, args: dict[str, Any]) -> list[Source]:
     x = args["self"]
     kernel = _ints(args["kernel_size"], 2)
@@ -272,10 +278,11 @@ LAYERS: dict[str, LayerRule] = {
     **dict.fromkeys(("softmax", "_softmax", "log_softmax", "_log_softmax"), _softmax),
     **dict.fromkeys(("sum", "mean", "amax", "amin"), _reduction),
     **dict.fromkeys(("conv1d", "conv2d", "convolution"), _conv),
+    "conv2d_act": _conv_act,
     **dict.fromkeys(("max_pool2d", "max_pool2d_with_indices", "avg_pool2d"), _pool),
     **dict.fromkeys(("adaptive_avg_pool2d", "_adaptive_avg_pool2d", "adaptive_max_pool2d"), _adaptive_pool),
     "upsample_nearest2d": _upsample_nearest,
-    "linear": _linear,
+    **dict.fromkeys(("linear", "linear_act"), _linear),
     **dict.fromkeys(("matmul", "mm", "bmm", "addmm", "baddbmm"), _matmul),
     "embedding": _embedding,
     "cat": _cat,

@@ -1,0 +1,146 @@
+"""Fuse what a tile kernel computes in its epilogue into the layer before it (ASPEN's tiles, BN folded
+first by ``fold_bn``):
+
+- ``relu(conv2d(x))``, ``add(conv2d(x), r)`` and ``relu(add(conv2d(x), r))`` -> ``pathweave::conv2d_act``
+  (a ResNet block's last convolution takes its shortcut ``r`` as a residual);
+- ``relu|gelu|tanh(linear(x))`` -> ``pathweave::linear_act``.
+
+The fused ops are torch custom ops with the same results as the ops they replace, so the rewritten
+graph still runs in PyTorch (the tiles strategy checks it against the original); the tile graph maps
+them like conv2d and linear (``tile_ops``), the residual element by element.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.fx
+import torch.nn.functional as F
+
+from .util import aten, conv_args
+
+ACTS = ("none", "relu", "gelu", "tanh")
+_ACT_OPS = {aten.relu.default: "relu", aten.gelu.default: "gelu", aten.tanh.default: "tanh"}
+
+
+def _activate(y: torch.Tensor, act: str) -> torch.Tensor:
+    if act == "relu":
+        return torch.relu(y)
+    if act == "gelu":
+        return F.gelu(y)
+    if act == "tanh":
+        return torch.tanh(y)
+    return y
+
+
+def _conv2d_act(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    residual: torch.Tensor | None,
+    stride: list[int],
+    padding: list[int],
+    dilation: list[int],
+    groups: int,
+    act: str,
+) -> torch.Tensor:
+    y = F.conv2d(input, weight, bias, stride, padding, dilation, groups)
+    return _activate(y if residual is None else y + residual, act)
+
+
+def _linear_act(
+    input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, act: str
+) -> torch.Tensor:
+    return _activate(F.linear(input, weight, bias), act)
+
+
+# registered when this module is first imported (by the tiles strategy); on fake tensors the same
+# arithmetic gives the shapes
+conv2d_act = torch.library.custom_op("pathweave::conv2d_act", _conv2d_act, mutates_args=())
+conv2d_act.register_fake(_conv2d_act)
+linear_act = torch.library.custom_op("pathweave::linear_act", _linear_act, mutates_args=())
+linear_act.register_fake(_linear_act)
+
+
+@dataclass(frozen=True)
+class Fuse:
+    layer: str  # the conv2d or linear node
+    residual: str | None  # the add node whose other input joins the epilogue
+    act: str | None  # the activation node
+    act_name: str
+
+
+def _only_user(node: torch.fx.Node) -> torch.fx.Node | None:
+    users = list(node.users)
+    return users[0] if len(users) == 1 else None
+
+
+def _act(node: torch.fx.Node | None) -> str | None:
+    if node is None or node.op != "call_function" or node.target not in _ACT_OPS:
+        return None
+    if node.target == aten.gelu.default and node.kwargs.get("approximate", "none") != "none":
+        return None
+    return _ACT_OPS[node.target]
+
+
+def _residual_add(conv: torch.fx.Node, add: torch.fx.Node | None) -> bool:
+    """``add(conv, r)`` with alpha 1 and ``r`` of the conv's own shape (no broadcast)."""
+    if add is None or add.target != aten.add.Tensor or add.kwargs.get("alpha", 1) != 1 or len(add.args) != 2:
+        return False
+    other = add.args[1] if add.args[0] is conv else add.args[0]
+    if not isinstance(other, torch.fx.Node) or other is conv:
+        return False
+    a, b = other.meta.get("val"), conv.meta.get("val")
+    return a is not None and b is not None and a.shape == b.shape and a.dtype == b.dtype
+
+
+def propose(gm: torch.fx.GraphModule) -> list[Fuse]:
+    """Each add joins one epilogue: of a shortcut add of two convolutions, the first one takes it."""
+    found = []
+    claimed: set[torch.fx.Node] = set()
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        user = _only_user(node)
+        if user in claimed:
+            continue
+        if node.target == aten.conv2d.default:
+            if _residual_add(node, user):
+                claimed.add(user)
+                after = _only_user(user)
+                act = _act(after)
+                found.append(Fuse(node.name, user.name, after.name if act else None, act or "none"))
+            elif _act(user):
+                found.append(Fuse(node.name, None, user.name, _act(user)))
+        elif node.target == aten.linear.default and _act(user):
+            found.append(Fuse(node.name, None, user.name, _act(user)))
+    return found
+
+
+def apply(gm: torch.fx.GraphModule, matches: list[Fuse]) -> None:
+    nodes = {n.name: n for n in gm.graph.nodes}
+    for m in matches:
+        layer = nodes[m.layer]
+        add = nodes[m.residual] if m.residual else None
+        act = nodes[m.act] if m.act else None
+        last = act or add
+        with gm.graph.inserting_before(last):
+            if layer.target == aten.conv2d.default:
+                x, w, b, stride, padding, dilation, groups = conv_args(layer)
+                residual = None
+                if add is not None:
+                    residual = add.args[1] if add.args[0] is layer else add.args[0]
+                fused = gm.graph.call_function(
+                    torch.ops.pathweave.conv2d_act.default,
+                    (x, w, b, residual, stride, padding, dilation, int(groups), m.act_name),
+                )
+            else:
+                x, w = layer.args[0], layer.args[1]
+                b = layer.args[2] if len(layer.args) > 2 else layer.kwargs.get("bias")
+                fused = gm.graph.call_function(torch.ops.pathweave.linear_act.default, (x, w, b, m.act_name))
+        fused.meta = dict(last.meta)
+        last.replace_all_uses_with(fused)
+        for n in (act, add, layer):
+            if n is not None:
+                gm.graph.erase_node(n)

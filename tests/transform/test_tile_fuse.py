@@ -1,0 +1,53 @@
+"""Epilogue fusion for the tile kernels: exact matches on small graphs, and the same results after."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+import torch.nn.functional as F
+
+import pathweave
+from pathweave.transform import fold_bn, prune, run_pipeline, tile_fuse
+from pathweave.transform.tile_grid import make_grid
+
+
+class _Block(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Conv2d(4, 4, 3, padding=1)
+        self.b = torch.nn.Conv2d(4, 4, 1)
+        self.c = torch.nn.Conv2d(4, 4, 1)
+        self.fc = torch.nn.Linear(4, 6)
+        self.fc2 = torch.nn.Linear(6, 6)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.a(x))  # conv + relu
+        z = torch.relu(self.b(y) + self.c(x))  # shortcut of two convs: the first takes the add
+        v = F.gelu(self.fc(z.mean((2, 3))))  # linear + gelu
+        return F.gelu(self.fc2(v), approximate="tanh")  # not fused: the kernels compute the erf form
+
+
+def test_matches_and_results() -> None:
+    model = _Block().eval()
+    x = torch.randn(2, 4, 5, 7)
+    gm = copy.deepcopy(pathweave.capture(model, x).gm)
+    run_pipeline(gm, (prune, fold_bn))
+    found = tile_fuse.propose(gm)
+    assert [(m.layer, m.residual is not None, m.act_name) for m in found] == [
+        ("conv2d", False, "relu"),
+        ("conv2d_1", True, "relu"),
+        ("linear", False, "gelu"),
+    ]
+    run_pipeline(gm, (tile_fuse,))
+    targets = [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
+    assert targets.count("pathweave.conv2d_act.default") == 2 and "aten.relu.default" not in targets
+    assert targets.count("pathweave.linear_act.default") == 1 and "aten.gelu.default" in targets
+    with torch.no_grad():
+        torch.testing.assert_close(gm(x)[0], model(x), rtol=1e-5, atol=1e-6)
+
+
+def test_grid_keeps_matrix_product_tiles_large() -> None:
+    small = make_grid((1, 512, 7, 7), 16, (1, 64, 19, 1))
+    assert small.splits == (1, 8, 1, 1)  # no row split under 19 rows; channels in pieces of >= 64
+    assert make_grid((1, 512, 7, 7), 16).splits == (1, 2, 7, 1)  # without a minimum: rows first
