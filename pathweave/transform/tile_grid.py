@@ -67,12 +67,14 @@ def max_tiles(shape: Sequence[int]) -> int:
     return math.prod(shape[d] for d in SPLIT_ORDER[len(shape)]) if shape else 1
 
 
-def make_grid(shape: Sequence[int], tiles: int) -> Grid:
+def make_grid(shape: Sequence[int], tiles: int, min_piece: Sequence[int] | None = None) -> Grid:
     """About ``tiles`` tiles (at least 1, at most ``max_tiles``): each dim of ``SPLIT_ORDER`` in turn
-    takes as many pieces as are left to make, up to its size; the count left is then divided by it."""
+    takes as many pieces as are left to make, up to its size (over ``min_piece[d]``, the smallest piece
+    along it); the count left is then divided by it."""
     splits = [1] * len(shape)
     left = max(1, tiles)
     for d in SPLIT_ORDER[len(shape)]:
-        splits[d] = max(1, min(shape[d], left))
+        most = shape[d] // min_piece[d] if min_piece else shape[d]
+        splits[d] = max(1, min(most, left))
         left = max(1, round(left / splits[d]))
     return Grid(tuple(tuple(i * n // k for i in range(k + 1)) for n, k in zip(shape, splits, strict=True)))
