@@ -9,9 +9,10 @@ setup(
     ext_modules=[
         Extension(
             "pathweave.execute.native._tile_runtime",
-            sources=["pathweave/execute/native/tile_runtime.c"],
+            sources=["pathweave/execute/native/tile_runtime.c", "pathweave/execute/native/tile_kernels.c"],
+            depends=["pathweave/execute/native/tile_kernels.h"],
             extra_compile_args=["-O3", "-std=c11", "-pthread", "-Wall"],
-            extra_link_args=["-pthread"],
+            extra_link_args=["-pthread", "-lm"],
         )
     ]
 )

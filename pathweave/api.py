@@ -15,7 +15,7 @@ from .errors import InputError, PathweaveError
 from .execute import SequentialExecutor, build_lanes
 
 #: strategies ``optimize`` knows; bench candidates are named "pathweave:<strategy>"
-STRATEGIES = ("auto", "sequential", "lanes", "stacks", "streams")
+STRATEGIES = ("auto", "sequential", "lanes", "stacks", "streams", "tiles")
 #: rounds per candidate when "auto" times sequential against lanes
 AUTO_ROUNDS = 7
 
@@ -63,6 +63,10 @@ def optimize(
       hyperclusters (the batch split into groups, the groups' graphs interleaved on the lanes).
     - "stacks": the sequential path with chains of element-wise and pooling layers run depth first by
       generated C kernels (BrainSlug); CPU only.
+    - "tiles": ASPEN on CPU: each layer's output cut into tiles, a tile dataflow graph, one native
+      scheduling engine per thread running ready tiles with no barrier between layers; native kernels
+      (OpenBLAS for the matrix products). float32 CNNs and MLPs so far; other ops raise
+      ``UnsupportedError`` listing them (``execute.tiles``).
     - "streams": Opara on CUDA: kernels profiled once, nodes on several CUDA streams in a resource-aware
       launch order, the whole model captured into one CUDA Graph (``execute.streams``). Outputs are
       copies (the graph's own buffers are overwritten by the next call).
@@ -90,6 +94,12 @@ def optimize(
         )
     if strategy == "streams" or (strategy == "auto" and torch.device(device).type == "cuda"):
         return _streams(captured, strategy)
+    if strategy == "tiles":
+        if torch.device(device).type != "cpu":
+            raise InputError("strategy 'tiles' runs on CPU")
+        from .execute.tiles import TilesStrategy
+
+        return TilesStrategy(captured)
     if strategy == "stacks":
         if torch.device(device).type != "cpu":
             raise InputError("strategy 'stacks' runs on CPU so far; use 'sequential' on CUDA")

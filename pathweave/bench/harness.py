@@ -100,7 +100,15 @@ def pathweave_builders(device: str) -> dict[str, Callable[..., Candidate]]:
 
         return _strategy_candidate("pathweave:stacks", StacksStrategy(captured, threads=threads), threads)
 
-    builders = {"pathweave:sequential": sequential, "pathweave:lanes": lanes, "pathweave:stacks": stacks}
+    def tiles(captured: Any, threads: int, recapture: Any = None) -> Candidate:
+        if device != "cpu":
+            raise Skip("tiles run on CPU")
+        from ..execute.tiles import TilesStrategy
+
+        return _strategy_candidate("pathweave:tiles", TilesStrategy(captured, threads=threads), threads)
+
+    builders = {"pathweave:sequential": sequential, "pathweave:lanes": lanes, "pathweave:stacks": stacks,
+                "pathweave:tiles": tiles}  # fmt: skip
     for name, (pipeline, clone, lane_threads) in RAMIEL_VARIANTS.items():
         builders[name] = functools.partial(_ramiel_variant, name, pipeline, clone, lane_threads, device)
     if str(device).startswith("cuda"):  # CUDA-only candidates are not listed (as skipped) on CPU benches

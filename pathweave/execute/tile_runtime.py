@@ -19,6 +19,7 @@ from ..transform.tile_graph import TileGraph
 
 #: op codes the native runtime dispatches on (see tile_runtime.c)
 OP_TEST = 0
+OP_LAYER = 1
 MAX_COLUMNS = 64
 
 _LIB: ctypes.CDLL | None = None
@@ -49,8 +50,35 @@ def _library() -> ctypes.CDLL:
         lib.pw_ran_on.argtypes = [ctypes.c_void_p]
         lib.pw_set_test_data.argtypes = [ctypes.c_void_p, _F32P, _F32P, _I32P]
         lib.pw_destroy.argtypes = [ctypes.c_void_p]
+        i64p = np.ctypeslib.ndpointer(np.int64, flags="C_CONTIGUOUS")
+        lib.pw_set_program.argtypes = [ctypes.c_void_p, i64p, _I32P, _I32P, _I32P, ctypes.c_int64,
+                                       ctypes.c_void_p]  # fmt: skip
         _LIB = lib
     return _LIB
+
+
+_SGEMM: int | None = None
+
+
+def sgemm_address() -> int:
+    """``cblas_sgemm`` of OpenBLAS (the scipy-openblas32 wheel), loaded once and set to one thread: the
+    runtime's workers are the parallelism, each calls it on its own tiles."""
+    global _SGEMM
+    if _SGEMM is None:
+        try:
+            import scipy_openblas32
+        except ImportError as exc:
+            raise MissingDependencyError(
+                "the tile kernels multiply matrices with OpenBLAS: pip install scipy-openblas32"
+            ) from exc
+        lib = ctypes.CDLL(str(next(Path(scipy_openblas32.get_lib_dir()).glob("libscipy_openblas*.so*"))))
+        lib.scipy_openblas_set_num_threads(1)
+        _SGEMM = int(ctypes.cast(lib.scipy_cblas_sgemm, ctypes.c_void_p).value or 0)
+        _KEEP.append(lib)
+    return _SGEMM
+
+
+_KEEP: list[ctypes.CDLL] = []
 
 
 def csr(lists: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
@@ -135,6 +163,15 @@ class TileRuntime:
         """Buffers of the checking kernel (op OP_TEST); kept alive here."""
         self._test = (out, np.ascontiguousarray(bias, np.float32), np.ascontiguousarray(spin, np.int32))
         self._lib.pw_set_test_data(self._rt, *self._test)
+
+    def set_program(
+        self, layers: np.ndarray, tile_layer: np.ndarray, lo: np.ndarray, hi: np.ndarray, scratch_floats: int
+    ) -> None:
+        """Layer kernels for op OP_LAYER (``execute.tile_program``): a row per layer, each tile's layer and
+        box (int32 [tiles, 4]), the scratch floats a worker needs. The arrays are kept alive here."""
+        self._program = (np.ascontiguousarray(layers, np.int64), np.ascontiguousarray(tile_layer, np.int32),
+                         np.ascontiguousarray(lo, np.int32), np.ascontiguousarray(hi, np.int32))  # fmt: skip
+        self._lib.pw_set_program(self._rt, *self._program, int(scratch_floats), sgemm_address())
 
     def run(self) -> None:
         err = self._lib.pw_run(self._rt)

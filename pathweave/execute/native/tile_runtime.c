@@ -16,7 +16,9 @@
  *
  * Kernels are dispatched by op code. Op PW_OP_TEST is a checking kernel: out[t] = bias[t] +
  * 0.5 * sum(out[parents]) after `spin[t]` rounds of arithmetic, so a tile run before one of its
- * parents gives a wrong value. Layer kernels (convolution, GEMM, ...) plug in as further op codes.
+ * parents gives a wrong value. Op PW_OP_LAYER runs the tile's layer kernel (tile_kernels.c) on the
+ * tile's box of the layer output, with the worker's own scratch memory (allocated by that worker at
+ * its first tile, so it sits near the core that uses it).
  */
 #include <pthread.h>
 #include <sched.h>
@@ -25,10 +27,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tile_kernels.h"
+
 #define PW_MAX_COLS 64
 #define PW_SPIN_ROUNDS 4000
 #define PW_MAX_WORKERS 256
 #define PW_OP_TEST 0
+#define PW_OP_LAYER 1
 
 typedef struct {
     pthread_mutex_t lock;
@@ -55,6 +60,12 @@ struct pw_runtime {
     const float *test_bias;
     const int32_t *test_spin;
     int32_t *ran_on; /* worker that ran each tile, for tests and reports */
+    /* PW_OP_LAYER data: layer rows of PW_SLOTS values, each tile's layer and box, scratch per worker */
+    const int64_t *layers;
+    const int32_t *tile_layer, *tile_lo, *tile_hi;
+    int64_t scratch_floats;
+    float *scratch[PW_MAX_WORKERS];
+    pw_sgemm_fn sgemm;
 
     int n_workers;
     pw_row rows[PW_MAX_WORKERS];
@@ -116,8 +127,19 @@ static int32_t steal(pw_runtime *rt, int w) {
     return -1;
 }
 
-static int run_kernel(pw_runtime *rt, int32_t t) {
+static int run_kernel(pw_runtime *rt, int32_t t, int w) {
     switch (rt->op[t]) {
+    case PW_OP_LAYER: {
+        if (!rt->layers) return 1;
+        if (!rt->scratch[w]) {
+            size_t bytes = ((size_t)(rt->scratch_floats + PW_SCRATCH_HEADER) * sizeof(float) + 63) / 64 * 64;
+            rt->scratch[w] = aligned_alloc(64, bytes);
+            if (!rt->scratch[w]) return 1;
+            memset(rt->scratch[w], 0xff, PW_SCRATCH_HEADER * sizeof(float)); /* no im2col cached */
+        }
+        return pw_tile_kernel(rt->layers + (int64_t)rt->tile_layer[t] * PW_SLOTS, rt->tile_lo + 4 * (int64_t)t,
+                              rt->tile_hi + 4 * (int64_t)t, rt->scratch[w], rt->sgemm, rt->generation);
+    }
     case PW_OP_TEST: {
         float acc = 0.0f;
         volatile float x = 1.0f; /* the spin is work, not to be optimised away */
@@ -163,7 +185,7 @@ static void engine(pw_runtime *rt, int w) {
             idle(rt);
             continue;
         }
-        if (run_kernel(rt, t)) {
+        if (run_kernel(rt, t, w)) {
             atomic_store(&rt->error, t + 1);
             finish_all(rt);
             return;
@@ -259,6 +281,16 @@ void pw_set_test_data(pw_runtime *rt, float *out, const float *bias, const int32
     rt->test_out = out, rt->test_bias = bias, rt->test_spin = spin;
 }
 
+/* Layer kernels for op PW_OP_LAYER; the arrays must outlive the runtime (Python keeps them). Tile boxes
+ * are int32 [n_tiles, 4]. Scratch already allocated is dropped, so a larger size takes effect. */
+void pw_set_program(pw_runtime *rt, const int64_t *layers, const int32_t *tile_layer, const int32_t *tile_lo,
+                    const int32_t *tile_hi, int64_t scratch_floats, pw_sgemm_fn sgemm) {
+    rt->layers = layers, rt->tile_layer = tile_layer, rt->tile_lo = tile_lo, rt->tile_hi = tile_hi;
+    rt->sgemm = sgemm;
+    for (int w = 0; w < PW_MAX_WORKERS; w++) free(rt->scratch[w]), rt->scratch[w] = NULL;
+    rt->scratch_floats = scratch_floats;
+}
+
 /* One inference. Returns 0, or 1 + the tile whose kernel failed.
  * The reset happens under park_lock with no worker inside the engine: a worker enters the engine only
  * under that lock, so one that wakes late for the last inference either left before the reset or
@@ -297,6 +329,7 @@ int pw_run(pw_runtime *rt) {
 void pw_destroy(pw_runtime *rt) {
     if (!rt) return;
     stop_workers(rt);
+    for (int w = 0; w < PW_MAX_WORKERS; w++) free(rt->scratch[w]);
     free(rt->col), free(rt->next), free(rt->roots), free(rt->ran_on), free(rt->pending);
     free(rt);
 }

@@ -1,0 +1,337 @@
+/* Layer kernels of the tile runtime (see tile_kernels.h). The matrix products go to the sgemm passed
+ * in (OpenBLAS, single-threaded: the runtime's workers are the parallelism); everything around them
+ * (im2col, epilogues, pooling, element-wise, copies) is plain C that the compiler vectorises. */
+#include "tile_kernels.h"
+
+#include <math.h>
+#include <string.h>
+
+#define CBLAS_ROW_MAJOR 101
+#define CBLAS_NO_TRANS 111
+#define CBLAS_TRANS 112
+
+static inline const float *ptr_f(int64_t v) { return (const float *)(intptr_t)v; }
+static inline float *ptr_w(int64_t v) { return (float *)(intptr_t)v; }
+static inline double as_double(int64_t v) {
+    double d;
+    memcpy(&d, &v, sizeof d);
+    return d;
+}
+
+/* The activation over n values in place, one loop per kind so that each vectorises (a switch inside
+ * the loop made the residual epilogue 4x slower than the GEMM before it). */
+static void activate(float *d, int64_t n, int act) {
+    switch (act) {
+    case PW_ACT_RELU:
+        for (int64_t i = 0; i < n; i++) d[i] = d[i] > 0.0f ? d[i] : (d[i] != d[i] ? d[i] : 0.0f); /* NaN stays */
+        break;
+    case PW_ACT_GELU:
+        for (int64_t i = 0; i < n; i++) d[i] = 0.5f * d[i] * (1.0f + erff(d[i] * 0.70710678118654752f));
+        break;
+    case PW_ACT_TANH:
+        for (int64_t i = 0; i < n; i++) d[i] = tanhf(d[i]);
+        break;
+    default:
+        break;
+    }
+}
+
+/* ---- convolution ---------------------------------------------------------------------------------- */
+
+/* col[(c * kh + i) * kw + j][p] for output rows [oh0, oh1) and all OW columns of image n, input
+ * channels [c0, c0 + cg). */
+static void im2col(const float *x, const int64_t *L, int64_t c0, int64_t cg, int64_t oh0, int64_t oh1,
+                   float *col) {
+    const int64_t H = L[S_XSHAPE + 2], W = L[S_XSHAPE + 3], OW = L[S_OSHAPE + 3];
+    const int64_t kh = L[S_KH], kw = L[S_KW], sh = L[S_SH], sw = L[S_SW];
+    const int64_t ph = L[S_PH], pw = L[S_PW], dh = L[S_DH], dw = L[S_DW];
+    const int64_t P = (oh1 - oh0) * OW;
+    for (int64_t c = 0; c < cg; c++) {
+        const float *xc = x + (c0 + c) * H * W;
+        for (int64_t i = 0; i < kh; i++) {
+            for (int64_t j = 0; j < kw; j++) {
+                float *row = col + ((c * kh + i) * kw + j) * P;
+                for (int64_t oh = oh0; oh < oh1; oh++) {
+                    float *dst = row + (oh - oh0) * OW;
+                    const int64_t ih = oh * sh - ph + i * dh;
+                    if (ih < 0 || ih >= H) {
+                        memset(dst, 0, sizeof(float) * OW);
+                        continue;
+                    }
+                    const float *src = xc + ih * W;
+                    const int64_t off = j * dw - pw; /* iw = ow * sw + off */
+                    if (sw == 1) {
+                        int64_t a = off < 0 ? -off : 0;           /* first ow with iw >= 0 */
+                        int64_t b = W - off < OW ? W - off : OW;  /* first ow with iw >= W */
+                        if (b < a) b = a;
+                        if (a > OW) a = OW, b = OW;
+                        memset(dst, 0, sizeof(float) * a);
+                        memcpy(dst + a, src + a + off, sizeof(float) * (b - a));
+                        memset(dst + b, 0, sizeof(float) * (OW - b));
+                    } else {
+                        for (int64_t ow = 0; ow < OW; ow++) {
+                            const int64_t iw = ow * sw + off;
+                            dst[ow] = (iw >= 0 && iw < W) ? src[iw] : 0.0f;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* out[o][p] += bias[o] (+ residual), then the activation, over channels [o0, o1) and positions
+ * [p0, p1) of one image; out and res point at that image, rows of length HW. */
+static void epilogue(float *out, const float *res, const float *bias, int64_t o0, int64_t o1, int64_t p0,
+                     int64_t p1, int64_t HW, int act) {
+    for (int64_t o = o0; o < o1; o++) {
+        float *d = out + o * HW + p0;
+        const int64_t n = p1 - p0;
+        const float b = bias ? bias[o] : 0.0f;
+        if (res) {
+            const float *r = res + o * HW + p0;
+            for (int64_t p = 0; p < n; p++) d[p] += b + r[p];
+        } else if (bias) {
+            for (int64_t p = 0; p < n; p++) d[p] += b;
+        }
+        activate(d, n, act);
+    }
+}
+
+static int conv_tile(const int64_t *L, const int32_t *lo, const int32_t *hi, float *scratch,
+                     pw_sgemm_fn sgemm, int64_t stamp) {
+    const float *x = ptr_f(L[S_X]), *w = ptr_f(L[S_W]), *bias = ptr_f(L[S_BIAS]), *res = ptr_f(L[S_Y]);
+    float *out = ptr_w(L[S_OUT]);
+    const int64_t C = L[S_XSHAPE + 1], H = L[S_XSHAPE + 2], W = L[S_XSHAPE + 3];
+    const int64_t O = L[S_OSHAPE + 1], OH = L[S_OSHAPE + 2], OW = L[S_OSHAPE + 3];
+    const int64_t kh = L[S_KH], kw = L[S_KW], groups = L[S_GROUPS];
+    const int64_t cg = C / groups, og = O / groups, K = cg * kh * kw;
+    const int64_t oh0 = lo[2], oh1 = hi[2], P = (oh1 - oh0) * OW;
+    if (lo[3] != 0 || hi[3] != OW) return 1; /* tiles span whole output rows */
+    const int pointwise = kh == 1 && kw == 1 && L[S_SH] == 1 && L[S_SW] == 1 && L[S_PH] == 0 &&
+                          L[S_PW] == 0 && OH == H && OW == W;
+    for (int64_t n = lo[0]; n < hi[0]; n++) {
+        const float *xn = x + n * C * H * W;
+        float *on = out + n * O * OH * OW;
+        for (int64_t g = lo[1] / og; g * og < hi[1]; g++) {
+            const int64_t o0 = lo[1] > g * og ? lo[1] : g * og;
+            const int64_t o1 = hi[1] < (g + 1) * og ? hi[1] : (g + 1) * og;
+            const float *b;
+            int64_t ldb;
+            if (pointwise) {
+                b = xn + g * cg * H * W + oh0 * W, ldb = H * W;
+            } else {
+                /* the worker's last im2col is kept: tiles of other channels over the same rows (run one
+                 * after another when the runtime goes depth first) reuse it within this inference */
+                int64_t *key = (int64_t *)scratch;
+                const int64_t want[6] = {(int64_t)(intptr_t)L, stamp, n, g, oh0, oh1};
+                float *col = scratch + PW_SCRATCH_HEADER;
+                if (memcmp(key, want, sizeof want)) {
+                    im2col(xn, L, g * cg, cg, oh0, oh1, col);
+                    memcpy(key, want, sizeof want);
+                }
+                b = col, ldb = P;
+            }
+            sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_NO_TRANS, (int)(o1 - o0), (int)P, (int)K, 1.0f,
+                  w + o0 * K, (int)K, b, (int)ldb, 0.0f, on + o0 * OH * OW + oh0 * OW, (int)(OH * OW));
+        }
+        epilogue(on, res ? res + n * O * OH * OW : NULL, bias, lo[1], hi[1], oh0 * OW, oh1 * OW, OH * OW,
+                 (int)L[S_ACT]);
+    }
+    return 0;
+}
+
+/* ---- pooling ------------------------------------------------------------------------------------ */
+
+static int pool_tile(const int64_t *L, const int32_t *lo, const int32_t *hi, int is_max) {
+    const float *x = ptr_f(L[S_X]);
+    float *out = ptr_w(L[S_OUT]);
+    const int64_t C = L[S_XSHAPE + 1], H = L[S_XSHAPE + 2], W = L[S_XSHAPE + 3];
+    const int64_t O = L[S_OSHAPE + 1], OH = L[S_OSHAPE + 2], OW = L[S_OSHAPE + 3];
+    const int64_t kh = L[S_KH], kw = L[S_KW], sh = L[S_SH], sw = L[S_SW];
+    const int64_t ph = L[S_PH], pw = L[S_PW], dh = L[S_DH], dw = L[S_DW];
+    const int64_t count_pad = L[S_COUNT_PAD], divisor = L[S_DIVISOR];
+    if (O != C) return 1;
+    for (int64_t n = lo[0]; n < hi[0]; n++)
+        for (int64_t c = lo[1]; c < hi[1]; c++) {
+            const float *xc = x + (n * C + c) * H * W;
+            float *oc = out + (n * C + c) * OH * OW;
+            for (int64_t oh = lo[2]; oh < hi[2]; oh++)
+                for (int64_t ow = lo[3]; ow < hi[3]; ow++) {
+                    const int64_t hs = oh * sh - ph, ws = ow * sw - pw;
+                    float acc;
+                    /* taps i in [i0, i1) and j in [j0, j1) fall inside the input */
+                    const int64_t i0 = hs >= 0 ? 0 : (-hs + dh - 1) / dh;
+                    const int64_t j0 = ws >= 0 ? 0 : (-ws + dw - 1) / dw;
+                    int64_t i1 = H - hs > 0 ? (H - hs + dh - 1) / dh : 0;
+                    int64_t j1 = W - ws > 0 ? (W - ws + dw - 1) / dw : 0;
+                    i1 = i1 < kh ? i1 : kh, j1 = j1 < kw ? j1 : kw;
+                    if (is_max) {
+                        acc = -INFINITY;
+                        for (int64_t i = i0; i < i1; i++) {
+                            const float *xr = xc + (hs + i * dh) * W + ws;
+                            for (int64_t j = j0; j < j1; j++) {
+                                const float v = xr[j * dw];
+                                acc = (v > acc || v != v) ? v : acc;
+                            }
+                        }
+                    } else { /* torch's avg_pool2d divisor rule */
+                        int64_t he = hs + kh < H + ph ? hs + kh : H + ph;
+                        int64_t we = ws + kw < W + pw ? ws + kw : W + pw;
+                        const int64_t pool = (he - hs) * (we - ws);
+                        const int64_t h0 = hs > 0 ? hs : 0, w0 = ws > 0 ? ws : 0;
+                        he = he < H ? he : H, we = we < W ? we : W;
+                        float s = 0.0f;
+                        for (int64_t ih = h0; ih < he; ih++)
+                            for (int64_t iw = w0; iw < we; iw++) s += xc[ih * W + iw];
+                        const int64_t div = divisor ? divisor : (count_pad ? pool : (he - h0) * (we - w0));
+                        acc = s / (float)div;
+                    }
+                    oc[oh * OW + ow] = acc;
+                }
+        }
+    return 0;
+}
+
+static int adaptive_tile(const int64_t *L, const int32_t *lo, const int32_t *hi) {
+    const float *x = ptr_f(L[S_X]);
+    float *out = ptr_w(L[S_OUT]);
+    const int64_t C = L[S_XSHAPE + 1], H = L[S_XSHAPE + 2], W = L[S_XSHAPE + 3];
+    const int64_t OH = L[S_OSHAPE + 2], OW = L[S_OSHAPE + 3];
+    for (int64_t n = lo[0]; n < hi[0]; n++)
+        for (int64_t c = lo[1]; c < hi[1]; c++) {
+            const float *xc = x + (n * C + c) * H * W;
+            for (int64_t oh = lo[2]; oh < hi[2]; oh++) {
+                const int64_t h0 = oh * H / OH, h1 = ((oh + 1) * H + OH - 1) / OH;
+                for (int64_t ow = lo[3]; ow < hi[3]; ow++) {
+                    const int64_t w0 = ow * W / OW, w1 = ((ow + 1) * W + OW - 1) / OW;
+                    float s = 0.0f;
+                    for (int64_t ih = h0; ih < h1; ih++)
+                        for (int64_t iw = w0; iw < w1; iw++) s += xc[ih * W + iw];
+                    out[((n * C + c) * OH + oh) * OW + ow] = s / (float)((h1 - h0) * (w1 - w0));
+                }
+            }
+        }
+    return 0;
+}
+
+/* ---- linear ------------------------------------------------------------------------------------- */
+
+/* out[..., rows, o] = x[..., rows, :] @ w[o, :]^T + bias[o], act. Output dims: the last is the feature,
+ * the one before it the rows of one GEMM, the ones before that (up to two) are looped over. */
+static int linear_tile(const int64_t *L, const int32_t *lo, const int32_t *hi, pw_sgemm_fn sgemm) {
+    const float *x = ptr_f(L[S_X]), *w = ptr_f(L[S_W]), *bias = ptr_f(L[S_BIAS]);
+    float *out = ptr_w(L[S_OUT]);
+    const int64_t nd = L[S_GROUPS]; /* rank of the output, 2..4 */
+    const int64_t K = L[S_XSHAPE + 0];
+    const int64_t *shape = L + S_OSHAPE;
+    const int64_t O = shape[nd - 1], R = shape[nd - 2];
+    const int r = (int)nd - 2, f = (int)nd - 1;
+    const int64_t a_n = nd >= 4 ? shape[1] : 1;
+    for (int64_t i0 = nd >= 3 ? lo[0] : 0; i0 < (nd >= 3 ? hi[0] : 1); i0++)
+        for (int64_t i1 = nd >= 4 ? lo[1] : 0; i1 < (nd >= 4 ? hi[1] : 1); i1++) {
+            const int64_t batch = i0 * a_n + i1; /* index over the looped dims */
+            const int64_t row0 = batch * R + lo[r], rows = hi[r] - lo[r];
+            float *c = out + row0 * O;
+            sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_TRANS, (int)rows, (int)(hi[f] - lo[f]), (int)K, 1.0f,
+                  x + row0 * K, (int)K, w + lo[f] * K, (int)K, 0.0f, c + lo[f], (int)O);
+            for (int64_t q = 0; q < rows; q++) {
+                float *d = c + q * O + lo[f];
+                if (bias)
+                    for (int64_t o = 0; o < hi[f] - lo[f]; o++) d[o] += bias[lo[f] + o];
+                activate(d, hi[f] - lo[f], (int)L[S_ACT]);
+            }
+        }
+    return 0;
+}
+
+/* ---- element-wise and copies ---------------------------------------------------------------------- */
+
+#define PW_BINARY_LOOP(EXPR)                                                                           \
+    for (int64_t e = 0; e < n; e++) {                                                                  \
+        const float a = xr[e * sx], b = yr ? yr[e * sy] : scalar;                                       \
+        d[e] = (EXPR);                                                                                 \
+    }
+
+/* act(x op alpha * y) for n values; y a row of a tensor (stride sy, 0 when broadcast) or a scalar */
+static void binary_row(float *d, const float *xr, int64_t sx, const float *yr, int64_t sy, float scalar, float alpha,
+                       int op, int64_t n) {
+    if (yr && alpha != 1.0f) {
+        for (int64_t e = 0; e < n; e++) d[e] = alpha * yr[e * sy]; /* scaled y first, then the op */
+        yr = d, sy = 1;
+    }
+    switch (op) {
+    case PW_BIN_ADD: PW_BINARY_LOOP(a + b) break;
+    case PW_BIN_SUB: PW_BINARY_LOOP(a - b) break;
+    case PW_BIN_MUL: PW_BINARY_LOOP(a * b) break;
+    case PW_BIN_DIV: PW_BINARY_LOOP(a / b) break;
+    case PW_BIN_RSUB: PW_BINARY_LOOP(b - a) break;
+    default:
+        for (int64_t e = 0; e < n; e++) d[e] = xr[e * sx];
+    }
+}
+
+static int ewise_tile(const int64_t *L, const int32_t *lo, const int32_t *hi) {
+    const float *x = ptr_f(L[S_X]), *y = ptr_f(L[S_Y]);
+    float *out = ptr_w(L[S_OUT]);
+    const int64_t *os = L + S_OSHAPE, *xs = L + S_XSTRIDE, *ys = L + S_YSTRIDE;
+    const int op = (int)L[S_BINOP], act = (int)L[S_ACT];
+    const float alpha = (float)as_double(L[S_ALPHA]), scalar = (float)as_double(L[S_SCALAR]);
+    const int64_t n = hi[3] - lo[3];
+    for (int64_t a = lo[0]; a < hi[0]; a++)
+        for (int64_t b = lo[1]; b < hi[1]; b++)
+            for (int64_t c = lo[2]; c < hi[2]; c++) {
+                float *d = out + ((a * os[1] + b) * os[2] + c) * os[3] + lo[3];
+                const float *xr = x + a * xs[0] + b * xs[1] + c * xs[2] + lo[3] * xs[3];
+                const float *yr = y ? y + a * ys[0] + b * ys[1] + c * ys[2] + lo[3] * ys[3] : NULL;
+                binary_row(d, xr, xs[3], yr, ys[3], scalar, alpha, op, n);
+                activate(d, n, act);
+            }
+    return 0;
+}
+
+/* aux records: (address, offset along dim S_GROUPS, size along it, stride0..3) per input */
+static int cat_tile(const int64_t *L, const int32_t *lo, const int32_t *hi) {
+    const int64_t *aux = (const int64_t *)(intptr_t)L[S_AUX];
+    float *out = ptr_w(L[S_OUT]);
+    const int64_t *os = L + S_OSHAPE;
+    const int64_t dim = L[S_GROUPS];
+    for (int64_t k = 0; k < L[S_NAUX]; k++) {
+        const int64_t *rec = aux + 7 * k;
+        const float *src = ptr_f(rec[0]);
+        const int64_t off = rec[1], size = rec[2], *st = rec + 3;
+        int64_t l[4] = {lo[0], lo[1], lo[2], lo[3]}, h[4] = {hi[0], hi[1], hi[2], hi[3]};
+        if (l[dim] < off) l[dim] = off;
+        if (h[dim] > off + size) h[dim] = off + size;
+        if (l[dim] >= h[dim]) continue;
+        int64_t shift[4] = {0, 0, 0, 0};
+        shift[dim] = off;
+        for (int64_t a = l[0]; a < h[0]; a++)
+            for (int64_t b = l[1]; b < h[1]; b++)
+                for (int64_t c = l[2]; c < h[2]; c++) {
+                    float *d = out + ((a * os[1] + b) * os[2] + c) * os[3];
+                    const float *s = src + (a - shift[0]) * st[0] + (b - shift[1]) * st[1] + (c - shift[2]) * st[2];
+                    if (st[3] == 1 && dim != 3) {
+                        memcpy(d + l[3], s + l[3], sizeof(float) * (h[3] - l[3]));
+                    } else {
+                        for (int64_t e = l[3]; e < h[3]; e++) d[e] = s[(e - shift[3]) * st[3]];
+                    }
+                }
+    }
+    return 0;
+}
+
+int pw_tile_kernel(const int64_t *layer, const int32_t *lo, const int32_t *hi, float *scratch,
+                   pw_sgemm_fn sgemm, int64_t stamp) {
+    switch (layer[S_OP]) {
+    case PW_K_CONV: return sgemm ? conv_tile(layer, lo, hi, scratch, sgemm, stamp) : 2;
+    case PW_K_MAXPOOL: return pool_tile(layer, lo, hi, 1);
+    case PW_K_AVGPOOL: return pool_tile(layer, lo, hi, 0);
+    case PW_K_ADAPTIVE: return adaptive_tile(layer, lo, hi);
+    case PW_K_LINEAR: return sgemm ? linear_tile(layer, lo, hi, sgemm) : 2;
+    case PW_K_EWISE: return ewise_tile(layer, lo, hi);
+    case PW_K_CAT: return cat_tile(layer, lo, hi);
+    case PW_K_NOP: return 0;
+    default: return 1;
+    }
+}

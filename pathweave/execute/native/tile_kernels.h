@@ -1,0 +1,57 @@
+/* Layer kernels of the tile runtime: one call computes one tile (a box of a layer's output).
+ *
+ * A layer is described by PW_SLOTS int64 values (a row of a numpy array written by
+ * pathweave/execute/tile_program.py, which names the same slots): op code, epilogue activation,
+ * buffer addresses, shapes, strides and op parameters. Buffers are float32. Shapes are padded to 4
+ * dims at the end with size 1, as the tile graph pads them; a tile is the box [lo, hi) of the output.
+ */
+#ifndef PW_TILE_KERNELS_H
+#define PW_TILE_KERNELS_H
+
+#include <stdint.h>
+
+#define PW_SLOTS 48
+/* floats at the start of a worker's scratch that remember what its im2col buffer holds */
+#define PW_SCRATCH_HEADER 16
+
+/* op codes (slot S_OP); 0 is the runtime's checking kernel */
+enum {
+    PW_K_CONV = 1,     /* conv2d (+bias, +residual, +act): im2col + GEMM per tile */
+    PW_K_MAXPOOL = 2,  /* max_pool2d */
+    PW_K_AVGPOOL = 3,  /* avg_pool2d */
+    PW_K_ADAPTIVE = 4, /* adaptive_avg_pool2d */
+    PW_K_LINEAR = 5,   /* linear (+bias, +act): GEMM with the weight transposed */
+    PW_K_EWISE = 6,    /* element-wise: act(x op y), y a broadcast tensor or a scalar */
+    PW_K_CAT = 7,      /* concatenation: copies from the inputs listed in an aux array */
+    PW_K_NOP = 8       /* nothing to compute (its output is written by others) */
+};
+
+/* epilogue activations (slot S_ACT) */
+enum { PW_ACT_NONE = 0, PW_ACT_RELU = 1, PW_ACT_GELU = 2, PW_ACT_TANH = 3 };
+
+/* element-wise binary ops (slot S_BINOP) */
+enum { PW_BIN_NONE = 0, PW_BIN_ADD = 1, PW_BIN_SUB = 2, PW_BIN_MUL = 3, PW_BIN_DIV = 4, PW_BIN_RSUB = 5 };
+
+/* slots */
+enum {
+    S_OP = 0, S_ACT = 1, S_OUT = 2, S_X = 3, S_Y = 4, S_W = 5, S_BIAS = 6, S_SCALAR = 7, /* double bits */
+    S_OSHAPE = 8,  /* 4: output shape */
+    S_XSTRIDE = 12, /* 4: x strides over the output's index space (0 where broadcast) */
+    S_XSHAPE = 16,  /* 4: x shape (conv, pool: N, C, H, W) */
+    S_YSTRIDE = 20, /* 4: y strides over the output's index space */
+    S_BINOP = 24, S_ALPHA = 25, /* double bits: y is scaled by alpha (add/sub) */
+    S_KH = 28, S_KW, S_SH, S_SW, S_PH, S_PW, S_DH, S_DW, S_GROUPS, /* conv and pool windows */
+    S_CEIL = 37, S_COUNT_PAD = 38, S_DIVISOR = 39,
+    S_AUX = 40, S_NAUX = 41 /* cat: address and count of (addr, offset, size, stride0..3) records */
+};
+
+/* cblas_sgemm's signature (row-major, no-trans/trans as CBLAS enum values) */
+typedef void (*pw_sgemm_fn)(int order, int trans_a, int trans_b, int m, int n, int k, float alpha,
+                            const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc);
+
+/* Compute one tile; scratch holds PW_SCRATCH_HEADER floats plus the layer's im2col size, stamp tells
+ * inferences apart (a cached im2col of an earlier one is stale). 0 on success. */
+int pw_tile_kernel(const int64_t *layer, const int32_t *lo, const int32_t *hi, float *scratch,
+                   pw_sgemm_fn sgemm, int64_t stamp);
+
+#endif

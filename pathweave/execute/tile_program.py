@@ -1,0 +1,351 @@
+"""A tile graph made runnable: one row of kernel parameters per layer for the native layer kernels
+(``native/tile_kernels.h`` names the same slots), the buffers they read and write, and the scratch
+each worker needs.
+
+Every layer writes its own contiguous float32 buffer (the tile runtime has no barriers, so a buffer
+could only be reused once every reader of its last value is proven done; that proof is not built
+yet). Views are not layers: a layer reads a view's producer through the view's strides, found by
+replaying the view ops on a contiguous meta tensor of the producer's shape.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+import torch.fx
+import torch.utils._pytree as pytree
+
+from ..analyze.ops import op_name
+from ..errors import UnsupportedError
+from ..transform.tile_graph import TileGraph
+from ..transform.tile_ops import MULTI_VIEWS, NodeMaps, bound_args
+from ..transform.util import constant
+
+SLOTS = 48
+# slots and codes as in native/tile_kernels.h
+S_OP, S_ACT, S_OUT, S_X, S_Y, S_W, S_BIAS, S_SCALAR = range(8)
+S_OSHAPE, S_XSTRIDE, S_XSHAPE, S_YSTRIDE, S_BINOP, S_ALPHA = 8, 12, 16, 20, 24, 25
+S_KH, S_KW, S_SH, S_SW, S_PH, S_PW, S_DH, S_DW, S_GROUPS = range(28, 37)
+S_CEIL, S_COUNT_PAD, S_DIVISOR, S_AUX, S_NAUX = 37, 38, 39, 40, 41
+K_CONV, K_MAXPOOL, K_AVGPOOL, K_ADAPTIVE, K_LINEAR, K_EWISE, K_CAT, K_NOP = range(1, 9)
+ACTS = {"none": 0, "relu": 1, "gelu": 2, "tanh": 3}
+BINOPS = {"add": 1, "sub": 2, "mul": 3, "div": 4, "rsub": 5}
+UNARY = {"relu": "relu", "gelu": "gelu", "tanh": "tanh"}
+
+
+@dataclass(frozen=True)
+class View:
+    """Where a layer finds one tensor input: a base array, an element offset into it, strides, shape."""
+
+    base: np.ndarray
+    offset: int
+    strides: tuple[int, ...]
+    shape: tuple[int, ...]
+
+    @property
+    def address(self) -> int:
+        return int(self.base.ctypes.data) + 4 * self.offset
+
+    def contiguous(self) -> bool:
+        want, step = [], 1
+        for n in reversed(self.shape):
+            want.append(step)
+            step *= n
+        return all(s == w or n == 1 for s, w, n in zip(self.strides, reversed(want), self.shape, strict=True))
+
+    def array(self) -> np.ndarray:
+        flat = self.base.reshape(-1)[self.offset :]
+        return np.lib.stride_tricks.as_strided(flat, self.shape, tuple(4 * s for s in self.strides))
+
+
+@dataclass
+class TileProgram:
+    graph: TileGraph
+    layers: np.ndarray  # int64 [L, SLOTS]
+    inputs: list[np.ndarray]  # the graph inputs' static buffers, filled before each run
+    outputs: list[View]  # where the graph outputs are read after a run
+    out_spec: Any  # the output node's args, with output i at the place of node i
+    scratch_floats: int
+    keep: list[np.ndarray] = field(default_factory=list)  # weights, buffers, aux arrays the C side reads
+
+
+class _NoKernel(Exception):
+    pass
+
+
+def _val(node: torch.fx.Node) -> Any:
+    """The node's value, or its first one where it has several (batch norm's (out, mean, invstd))."""
+    val = node.meta.get("val")
+    return val[0] if isinstance(val, (tuple, list)) and val else val
+
+
+def _shape(node: torch.fx.Node) -> tuple[int, ...]:
+    return tuple(int(d) for d in _val(node).shape)
+
+
+def _pad4(values: list[int] | tuple[int, ...], fill: int) -> list[int]:
+    return [*values, *[fill] * (4 - len(values))]
+
+
+def build_program(
+    gm: torch.fx.GraphModule, graph: TileGraph, plans: dict[torch.fx.Node, NodeMaps]
+) -> TileProgram:
+    """Kernel rows for every layer of ``graph`` (built from ``gm``). Raises one UnsupportedError naming
+    every layer the native kernels cannot run."""
+    nodes = {n.name: n for n in gm.graph.nodes}
+    keep: list[np.ndarray] = []
+    bases: dict[torch.fx.Node, np.ndarray] = {}
+    inputs = []
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            _float32(node)
+            bases[node] = np.zeros(_shape(node), dtype=np.float32)
+            inputs.append(bases[node])
+    for name in graph.layer_names:
+        node = nodes[str(name)]
+        _float32(node)
+        bases[node] = np.zeros(_shape(node), dtype=np.float32)
+
+    def view(arg: Any) -> View:
+        return _resolve(gm, arg, plans, bases, keep)
+
+    rows = np.zeros((graph.num_layers, SLOTS), dtype=np.int64)
+    failed: dict[str, str] = {}
+    scratch = 0
+    for i, name in enumerate(graph.layer_names):
+        node = nodes[str(name)]
+        row = rows[i]
+        row[S_OUT] = bases[node].ctypes.data
+        row[S_OSHAPE : S_OSHAPE + 4] = _pad4(_shape(node), 1)
+        try:
+            scratch = max(scratch, _describe(node, row, view, keep, graph, i))
+        except _NoKernel as exc:
+            failed[node.name] = f"{op_name(node)}: {exc}"
+    if failed:
+        lines = "\n".join(f"  {n}: {why}" for n, why in failed.items())
+        raise UnsupportedError(
+            f"{len(failed)} layer(s) have no native tile kernel:\n{lines}",
+            ops=sorted({why.split(":")[0] for why in failed.values()}),
+        )
+    out_node = next(n for n in gm.graph.nodes if n.op == "output")
+    outputs = [view(a) for a in pytree.tree_leaves(out_node.args[0])]
+    keep.extend(bases.values())
+    return TileProgram(graph, rows, inputs, outputs, out_node.args[0], scratch, keep)
+
+
+def _float32(node: torch.fx.Node) -> None:
+    val = _val(node)
+    if not isinstance(val, torch.Tensor) or val.dtype != torch.float32:
+        raise UnsupportedError(f"node {node.name}: the native tile kernels compute float32 tensors only, "
+                               f"not {getattr(val, 'dtype', type(val).__name__)}")  # fmt: skip
+
+
+def _resolve(
+    gm: torch.fx.GraphModule,
+    arg: torch.fx.Node,
+    plans: dict[torch.fx.Node, NodeMaps],
+    bases: dict[torch.fx.Node, np.ndarray],
+    keep: list[np.ndarray],
+) -> View:
+    """Follow ``arg`` through views to a base array; the view ops replayed on a meta tensor of the base's
+    shape give the offset and strides at which the base holds ``arg``."""
+    chain = []
+    node = arg
+    while node not in bases:
+        if node.op == "get_attr":
+            value = constant(gm, node)
+            if value is None or value.dtype != torch.float32:
+                raise UnsupportedError(f"node {node.name}: constant of type {getattr(value, 'dtype', None)}")
+            bases[node] = value.detach().contiguous().numpy()
+            keep.append(bases[node])
+            break
+        if node.target is operator.getitem and node.args[0] in bases:
+            if node.args[1] != 0:  # a layer's first output is its buffer; it has no other
+                raise UnsupportedError(
+                    f"node {node.name}: output {node.args[1]} of layer {node.args[0].name}"
+                )
+            node = node.args[0]
+            continue
+        plan = plans.get(node)
+        multi = node.op == "call_function" and op_name(node) in MULTI_VIEWS
+        if not multi and (plan is None or plan.role != "view"):
+            raise UnsupportedError(f"node {node.name}: neither a layer, an input, a constant nor a view")
+        chain.append(node)
+        node = node.all_input_nodes[0]
+    base = bases[node]
+    t = torch.empty(base.shape, dtype=torch.float32, device="meta")
+    for v in reversed(chain):
+        t = _replay(v, node, t)
+        node = v
+    return View(
+        base, int(t.storage_offset()), tuple(int(s) for s in t.stride()), tuple(int(d) for d in t.shape)
+    )
+
+
+def _replay(view: torch.fx.Node, source: torch.fx.Node, t: torch.Tensor) -> torch.Tensor:
+    """Run one view op on the meta stand-in ``t`` of its source."""
+    args = torch.fx.node.map_arg(view.args, lambda a: t if a is source else a)
+    kwargs = torch.fx.node.map_arg(view.kwargs, lambda a: t if a is source else a)
+    if any(isinstance(a, torch.fx.Node) for a in (*view.args, *view.kwargs.values()) if a is not source):
+        raise UnsupportedError(f"view {view.name} reads another tensor")
+    out = view.target(*args, **kwargs)
+    return out  # a split gives a tuple: the getitem after it picks the piece
+
+
+def _describe(node: torch.fx.Node, row: np.ndarray, view: Any, keep: list, graph: TileGraph, i: int) -> int:
+    """Fill ``row`` for ``node``; returns the scratch floats one of its tiles needs."""
+    name = op_name(node)
+    args = bound_args(node)
+    if name in ("conv2d", "conv2d_act"):
+        return _conv(node, args, row, view, graph, i)
+    if name in ("max_pool2d", "avg_pool2d"):
+        _pool(name, args, row, view)
+        return 0
+    if name in ("adaptive_avg_pool2d", "_adaptive_avg_pool2d"):
+        x = _contiguous(view(args["self"]), "input")
+        row[S_OP], row[S_X] = K_ADAPTIVE, x.address
+        row[S_XSHAPE : S_XSHAPE + 4] = _pad4(x.shape, 1)
+        if len(x.shape) != 4:
+            raise _NoKernel("only 4-D inputs")
+        return 0
+    if name in ("linear", "linear_act"):
+        _linear(node, args, row, view)
+        return 0
+    if name == "cat":
+        _cat(node, args, row, view, keep)
+        return 0
+    if name in BINOPS or name in UNARY:
+        _ewise(node, name, args, row, view)
+        return 0
+    raise _NoKernel("no kernel for this op")
+
+
+def _contiguous(v: View, what: str) -> View:
+    if not v.contiguous():
+        raise _NoKernel(f"{what} is not contiguous (strides {v.strides} for shape {v.shape})")
+    return v
+
+
+def _conv(node: torch.fx.Node, args: dict, row: np.ndarray, view: Any, graph: TileGraph, i: int) -> int:
+    x = _contiguous(view(args["input"]), "input")
+    w = _contiguous(view(args["weight"]), "weight")
+    if len(x.shape) != 4 or isinstance(args["padding"], str):
+        raise _NoKernel("2-D convolutions with numeric padding only")
+    row[S_OP], row[S_ACT], row[S_X], row[S_W] = K_CONV, ACTS[args.get("act") or "none"], x.address, w.address
+    if args.get("bias") is not None:
+        row[S_BIAS] = _contiguous(view(args["bias"]), "bias").address
+    if args.get("residual") is not None:
+        res = _contiguous(view(args["residual"]), "residual")
+        if res.shape != _shape(node):
+            raise _NoKernel("residual of another shape")
+        row[S_Y] = res.address
+    row[S_XSHAPE : S_XSHAPE + 4] = x.shape
+    two = lambda v: [int(v)] * 2 if isinstance(v, int) else [int(e) for e in v] * (2 if len(v) == 1 else 1)  # noqa: E731
+    kh, kw = w.shape[2], w.shape[3]
+    (sh, sw), (ph, pw), (dh, dw) = two(args["stride"]), two(args["padding"]), two(args["dilation"])
+    row[S_KH : S_GROUPS + 1] = [kh, kw, sh, sw, ph, pw, dh, dw, int(args["groups"])]
+    out = _shape(node)
+    lo, hi = graph.layer_tile_start[i], graph.layer_tile_start[i + 1]
+    if np.any(graph.tile_lo[lo:hi, 3] != 0) or np.any(graph.tile_hi[lo:hi, 3] != out[3]):
+        raise _NoKernel("tiles must span whole output rows")
+    pointwise = kh == kw == 1 and (sh, sw, ph, pw) == (1, 1, 0, 0) and out[2:] == x.shape[2:]
+    if pointwise:
+        return 0
+    rows = int(np.max(graph.tile_hi[lo:hi, 2] - graph.tile_lo[lo:hi, 2]))
+    return (x.shape[1] // int(args["groups"])) * kh * kw * rows * out[3]
+
+
+def _pool(name: str, args: dict, row: np.ndarray, view: Any) -> None:
+    x = _contiguous(view(args["self"]), "input")
+    if len(x.shape) != 4:
+        raise _NoKernel("only 4-D inputs")
+    two = lambda v: [int(v)] * 2 if isinstance(v, int) else [int(e) for e in v] * (2 if len(v) == 1 else 1)  # noqa: E731
+    kernel = two(args["kernel_size"])
+    stride = two(args["stride"]) if args.get("stride") else kernel
+    dilation = two(args.get("dilation") or 1)
+    row[S_OP], row[S_X] = (K_MAXPOOL if name == "max_pool2d" else K_AVGPOOL), x.address
+    row[S_XSHAPE : S_XSHAPE + 4] = x.shape
+    row[S_KH : S_DW + 1] = [*kernel, *stride, *two(args["padding"]), *dilation]
+    if name == "avg_pool2d":
+        row[S_COUNT_PAD] = int(bool(args.get("count_include_pad", True)))
+        row[S_DIVISOR] = int(args.get("divisor_override") or 0)
+
+
+def _linear(node: torch.fx.Node, args: dict, row: np.ndarray, view: Any) -> None:
+    x = _contiguous(view(args["input"]), "input")
+    w = _contiguous(view(args["weight"]), "weight")
+    out = _shape(node)
+    if not 2 <= len(out) <= 4:
+        raise _NoKernel(f"{len(out)}-D output")
+    row[S_OP], row[S_ACT], row[S_X], row[S_W] = (
+        K_LINEAR,
+        ACTS[args.get("act") or "none"],
+        x.address,
+        w.address,
+    )
+    if args.get("bias") is not None:
+        row[S_BIAS] = _contiguous(view(args["bias"]), "bias").address
+    row[S_XSHAPE] = x.shape[-1]
+    row[S_GROUPS] = len(out)
+
+
+def _broadcast_strides(v: View, out: tuple[int, ...]) -> list[int]:
+    """The strides of ``v`` over the output's index space (right-aligned; 0 where it broadcasts)."""
+    lead = len(out) - len(v.shape)
+    strides = [0] * lead + [s if n != 1 else 0 for s, n in zip(v.strides, v.shape, strict=True)]
+    return _pad4(strides, 0)
+
+
+def _ewise(node: torch.fx.Node, name: str, args: dict, row: np.ndarray, view: Any) -> None:
+    out = _shape(node)
+    if len(out) > 4:
+        raise _NoKernel("more than 4 dims")
+    row[S_OP] = K_EWISE
+    if name in UNARY:
+        if name == "gelu" and args.get("approximate", "none") != "none":
+            raise _NoKernel("tanh-approximated gelu")
+        row[S_ACT] = ACTS[UNARY[name]]
+        row[S_XSTRIDE : S_XSTRIDE + 4] = _broadcast_strides(x := view(args["self"]), out)
+        row[S_X] = x.address
+        return
+    a, b = args.get("self", args.get("input")), args.get("other")
+    if name == "rsub" and (args.get("alpha") or 1) != 1:
+        raise _NoKernel("rsub with alpha")
+    if not isinstance(a, torch.fx.Node):
+        raise _NoKernel("a scalar first operand")
+    x = view(a)
+    row[S_X], row[S_BINOP] = x.address, BINOPS[name]
+    row[S_XSTRIDE : S_XSTRIDE + 4] = _broadcast_strides(x, out)
+    row[S_ALPHA] = np.float64(args.get("alpha") or 1.0).view(np.int64)
+    if isinstance(b, torch.fx.Node):
+        y = view(b)
+        row[S_Y] = y.address
+        row[S_YSTRIDE : S_YSTRIDE + 4] = _broadcast_strides(y, out)
+    elif isinstance(b, (int, float)):
+        alpha = float(args.get("alpha") or 1.0)
+        row[S_SCALAR] = np.float64(float(b) * alpha).view(np.int64)
+    else:
+        raise _NoKernel(f"second operand {b!r}")
+
+
+def _cat(node: torch.fx.Node, args: dict, row: np.ndarray, view: Any, keep: list) -> None:
+    out = _shape(node)
+    nd = len(out)
+    if nd > 4:
+        raise _NoKernel("more than 4 dims")
+    dim = args["dim"] % nd
+    records, offset = [], 0
+    for t in args["tensors"]:
+        v = view(t)
+        size = v.shape[dim] if math.prod(v.shape) else 0
+        if size:
+            records.append([v.address, offset, size, *_pad4(list(v.strides), 0)])
+        offset += size
+    aux = np.asarray(records, dtype=np.int64).reshape(-1, 7)
+    keep.append(aux)
+    row[S_OP], row[S_GROUPS], row[S_AUX], row[S_NAUX] = K_CAT, dim, aux.ctypes.data, len(aux)

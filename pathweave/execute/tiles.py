@@ -1,0 +1,86 @@
+"""ASPEN on CPU end to end: strategy "tiles".
+
+The captured graph is rewritten for tile kernels (constants folded, batch norm folded into the
+convolutions, activations and residual adds fused into their epilogues), cut into a tile graph, given a
+kernel row per layer, and run by the native engines: one per worker thread, no barriers, the GIL
+released for the whole inference. At build time the result on the example inputs is compared with the
+rewritten graph run by PyTorch; a mismatch raises ``ExecutionError`` (nothing wrong is ever returned).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..capture.graph import Captured
+from ..compare import mismatch
+from ..errors import ExecutionError
+from ..transform import fold_bn, prune, run_pipeline, tile_fuse
+from ..transform.tile_graph import WORK_PER_TILE, TilesPerLayer, build_tile_graph
+from ..transform.tile_ops import plan_nodes
+from .tile_program import build_program
+from .tile_runtime import OP_LAYER, TileRuntime
+
+#: the tile kernels against PyTorch on the same rewritten graph: float sums in another order
+CHECK_RTOL, CHECK_ATOL = 1e-3, 1e-4
+
+
+class TilesStrategy:
+    strategy = "tiles"
+
+    def __init__(
+        self,
+        captured: Captured,
+        threads: int | None = None,
+        tiles_per_layer: TilesPerLayer = None,
+        work_per_tile: float = WORK_PER_TILE,
+        check: bool = True,
+    ) -> None:
+        self.captured = captured
+        self.threads = threads or torch.get_num_threads()
+        gm = copy.deepcopy(captured.gm)
+        self.passes = run_pipeline(gm, (prune, fold_bn, tile_fuse))
+        self.gm = gm
+        self.graph = build_tile_graph(gm, tiles_per_layer, work_per_tile=work_per_tile)
+        self.program = build_program(gm, self.graph, plan_nodes(gm))
+        ops = np.full(self.graph.num_tiles, OP_LAYER, dtype=np.int32)
+        self.runtime = TileRuntime.from_graph(self.graph, ops, self.threads)
+        g = self.graph
+        self.runtime.set_program(self.program.layers, g.tile_layer, g.tile_lo, g.tile_hi,
+                                 self.program.scratch_floats)  # fmt: skip
+        if check:
+            self._check()
+
+    def _check(self) -> None:
+        inputs = list(self.captured.example_inputs)
+        got = self.run_flat(inputs)
+        with torch.no_grad():
+            want = [t for t in self.gm(*inputs) if isinstance(t, torch.Tensor)]
+        problem = mismatch(list(got), want, CHECK_RTOL, CHECK_ATOL, scale_atol=True)
+        if problem:
+            raise ExecutionError(f"{self.captured.name}: the tile kernels disagree with PyTorch: {problem}")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.captured.out_spec_unflatten(self.run_flat(self.captured.flatten_inputs(args, kwargs)))
+
+    def run_flat(self, flat: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        for buf, x in zip(self.program.inputs, flat, strict=True):
+            np.copyto(buf, x.detach().cpu().numpy(), casting="no")
+        self.runtime.run()
+        return tuple(torch.from_numpy(v.array().copy()) for v in self.program.outputs)
+
+    def set_workers(self, n: int) -> None:
+        """Engines for the next inferences (added or removed between them)."""
+        self.runtime.set_workers(n)
+        self.threads = n
+
+    def summary(self) -> str:
+        g = self.graph
+        return (f"{g.num_layers} layers, {g.num_tiles} tiles, {g.num_edges} edges, {self.threads} workers, "
+                f"steals {self.runtime.steals}")  # fmt: skip
+
+    def close(self) -> None:
+        self.runtime.close()

@@ -1,0 +1,129 @@
+"""Strategy "tiles" (ASPEN): the native layer kernels on the tile graph against eager PyTorch, on every
+kind of layer they cover (odd sizes, stride, padding, dilation, groups, ceil mode, residuals, concat),
+with 1 and 2 engines, repeated runs on new inputs, workers changed between runs, two models at once."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import pathweave
+from pathweave.errors import UnsupportedError
+from pathweave.execute.tiles import TilesStrategy
+
+
+class _EveryKernel(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, 12, 3, stride=2, padding=1)
+        self.bn = torch.nn.BatchNorm2d(12)
+        self.dil = torch.nn.Conv2d(12, 12, 3, padding=2, dilation=2, groups=2)
+        self.point = torch.nn.Conv2d(12, 12, 1)
+        self.wide = torch.nn.Conv2d(12, 8, (1, 3), padding=(0, 1), bias=False)
+        self.fc = torch.nn.Linear(20 * 3 * 4, 10)
+        self.head = torch.nn.Linear(10, 5)
+        with torch.no_grad():
+            self.bn.running_mean.uniform_(-0.5, 0.5)
+            self.bn.running_var.uniform_(0.5, 1.5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.bn(self.stem(x)))  # BN folded, relu fused
+        y = torch.relu(self.point(self.dil(y)) + y)  # residual fused into the 1x1 conv
+        a = F.max_pool2d(y, 3, stride=2, padding=1, ceil_mode=True)
+        b = F.avg_pool2d(self.wide(y), 3, stride=2, padding=1, ceil_mode=True, count_include_pad=False)
+        z = torch.cat([a, b], dim=1) * 0.5 - 0.25
+        z = F.adaptive_avg_pool2d(z, (3, 4))
+        return self.head(torch.relu(self.fc(z.flatten(1))))
+
+
+@pytest.fixture(scope="module")
+def model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return _EveryKernel().eval()
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_every_kernel_matches_eager_on_new_inputs(
+    model: torch.nn.Module, threads: int, outputs_close
+) -> None:
+    x = torch.randn(2, 3, 23, 29)
+    strat = TilesStrategy(pathweave.capture(model, x), threads=threads, work_per_tile=2e4)
+    assert strat.graph.num_tiles > strat.graph.num_layers  # layers really are cut into several tiles
+    for seed in range(3):
+        x = torch.randn(2, 3, 23, 29, generator=torch.Generator().manual_seed(seed))
+        with torch.no_grad():
+            want = model(x)
+        outputs_close(strat(x), want, rtol=1e-4, atol_scale=1e-5)
+    strat.close()
+
+
+def test_workers_change_between_runs_and_two_models_run_at_once(
+    model: torch.nn.Module, outputs_close
+) -> None:
+    x = torch.randn(2, 3, 23, 29)
+    with torch.no_grad():
+        want = model(x)
+    captured = pathweave.capture(model, x)
+    default = pathweave.optimize(model, x, strategy="tiles")  # the one-line API, default tiling
+    assert isinstance(default, TilesStrategy)
+    outputs_close(default(x), want, rtol=1e-4, atol_scale=1e-5)
+    a = TilesStrategy(captured, threads=1, work_per_tile=2e4)
+    b = TilesStrategy(captured, threads=2, work_per_tile=5e4)
+    for n in (2, 3, 1):
+        a.set_workers(n)
+        outputs_close(a(x), want, rtol=1e-4, atol_scale=1e-5)
+    results: dict[str, torch.Tensor] = {}
+
+    def run(name: str, strat: TilesStrategy) -> None:
+        for _ in range(20):
+            results[name] = strat(x)
+
+    threads = [threading.Thread(target=run, args=(n, s)) for n, s in (("a", a), ("b", b))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for name in ("a", "b"):
+        outputs_close(results[name], want, rtol=1e-4, atol_scale=1e-5)
+    a.close()
+    b.close()
+
+
+@pytest.mark.parametrize("name", ["resnet50", "googlenet", "squeezenet1_0"])
+def test_zoo_cnns_match_eager(name: str, zoo_cache, outputs_close) -> None:
+    strat = TilesStrategy(zoo_cache.captured(name), threads=2)
+    for seed in range(2):
+        x = torch.randn(zoo_cache.inputs(name)[0].shape, generator=torch.Generator().manual_seed(seed))
+        with torch.no_grad():
+            want = zoo_cache.model(name)(x)
+        outputs_close(strat(x), want, rtol=1e-3, atol_scale=1e-4)
+    strat.close()
+
+
+def test_layers_without_a_kernel_are_listed() -> None:
+    class Norms(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = torch.nn.Linear(8, 8)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.softmax(F.layer_norm(self.fc(x), (8,)), dim=-1)
+
+    with pytest.raises(UnsupportedError, match="no native tile kernel") as err:
+        TilesStrategy(pathweave.capture(Norms().eval(), torch.randn(4, 8)))
+    assert {"layer_norm", "softmax"} <= set(err.value.ops)
+
+
+def test_no_stale_im2col_across_inferences(outputs_close) -> None:
+    """One 3x3 convolution in one tile on one worker: its im2col is the worker's last and first, so a
+    cache not keyed by inference would hand the next call the last call's input."""
+    conv = torch.nn.Conv2d(4, 4, 3, padding=1).eval()
+    strat = TilesStrategy(pathweave.capture(conv, torch.randn(1, 4, 6, 6)), threads=1, tiles_per_layer=1)
+    for seed in range(3):
+        x = torch.randn(1, 4, 6, 6, generator=torch.Generator().manual_seed(seed))
+        with torch.no_grad():
+            outputs_close(strat(x), conv(x), rtol=1e-4, atol_scale=1e-5)
+    strat.close()
