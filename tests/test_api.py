@@ -89,7 +89,7 @@ def test_every_public_name_resolves(name: str) -> None:
 def test_lazy_names_are_the_real_objects() -> None:
     assert pathweave.InputError is errors.InputError
     assert pathweave.load_model is pathweave.zoo.load.load_model
-    assert pathweave.STRATEGIES == ("auto", "sequential", "lanes", "stacks", "streams")
+    assert pathweave.STRATEGIES == ("auto", "sequential", "lanes", "stacks", "streams", "tiles")
     assert pathweave.__version__ == "0.1.0"
     assert inspect.isfunction(pathweave.analyze) and inspect.isfunction(pathweave.optimize)
     with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
