@@ -147,8 +147,8 @@ def _streams_auto(captured: Any, threads: int, recapture: Any = None) -> Candida
     strat = _streams(captured, "auto")
     flat = [t.to("cuda") for t in captured.example_inputs]
     times = getattr(strat, "auto_times_ms", {})
-    chose = strat.plan.policy if hasattr(strat, "plan") else strat.strategy
-    note = f"chose {chose}; " + ", ".join(f"{k} {v:.3f} ms" for k, v in times.items())
+    timed = ", ".join(f"{k} {v:.3f} ms" for k, v in times.items())
+    note = f"chose {getattr(strat, 'label', strat.strategy)}; {timed}"
     return Candidate("pathweave:auto", "pathweave", lambda: strat.run_flat(flat), threads,
                      sync=torch.cuda.synchronize, note=note, cuda_events=True)  # fmt: skip
 

@@ -23,7 +23,7 @@ import torch.utils._pytree as pytree
 from ..analyze.ops import op_name
 from ..errors import UnsupportedError
 from ..transform.tile_graph import TileGraph
-from ..transform.tile_ops import MULTI_VIEWS, NodeMaps, bound_args
+from ..transform.tile_ops import MULTI_VIEWS, NodeMaps, as_ints, bound_args
 from ..transform.util import constant
 
 SLOTS = 48
@@ -31,8 +31,8 @@ SLOTS = 48
 S_OP, S_ACT, S_OUT, S_X, S_Y, S_W, S_BIAS, S_SCALAR = range(8)
 S_OSHAPE, S_XSTRIDE, S_XSHAPE, S_YSTRIDE, S_BINOP, S_ALPHA = 8, 12, 16, 20, 24, 25
 S_KH, S_KW, S_SH, S_SW, S_PH, S_PW, S_DH, S_DW, S_GROUPS = range(28, 37)
-S_CEIL, S_COUNT_PAD, S_DIVISOR, S_AUX, S_NAUX = 37, 38, 39, 40, 41
-K_CONV, K_MAXPOOL, K_AVGPOOL, K_ADAPTIVE, K_LINEAR, K_EWISE, K_CAT, K_NOP = range(1, 9)
+S_POINTWISE, S_COUNT_PAD, S_DIVISOR, S_AUX, S_NAUX = 37, 38, 39, 40, 41
+K_CONV, K_MAXPOOL, K_AVGPOOL, K_ADAPTIVE, K_LINEAR, K_EWISE, K_CAT = range(1, 8)
 ACTS = {"none": 0, "relu": 1, "gelu": 2, "tanh": 3}
 BINOPS = {"add": 1, "sub": 2, "mul": 3, "div": 4, "rsub": 5}
 UNARY = {"relu": "relu", "gelu": "gelu", "tanh": "tanh"}
@@ -46,17 +46,11 @@ class View:
     offset: int
     strides: tuple[int, ...]
     shape: tuple[int, ...]
+    contiguous: bool  # row-major without gaps (torch's is_contiguous of the replayed view)
 
     @property
     def address(self) -> int:
         return int(self.base.ctypes.data) + 4 * self.offset
-
-    def contiguous(self) -> bool:
-        want, step = [], 1
-        for n in reversed(self.shape):
-            want.append(step)
-            step *= n
-        return all(s == w or n == 1 for s, w, n in zip(self.strides, reversed(want), self.shape, strict=True))
 
     def array(self) -> np.ndarray:
         flat = self.base.reshape(-1)[self.offset :]
@@ -65,11 +59,9 @@ class View:
 
 @dataclass
 class TileProgram:
-    graph: TileGraph
     layers: np.ndarray  # int64 [L, SLOTS]
     inputs: list[np.ndarray]  # the graph inputs' static buffers, filled before each run
-    outputs: list[View]  # where the graph outputs are read after a run
-    out_spec: Any  # the output node's args, with output i at the place of node i
+    outputs: list[View]  # where the graph outputs are read after a run, in the output node's leaf order
     scratch_floats: int
     keep: list[np.ndarray] = field(default_factory=list)  # weights, buffers, aux arrays the C side reads
 
@@ -135,7 +127,7 @@ def build_program(
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
     outputs = [view(a) for a in pytree.tree_leaves(out_node.args[0])]
     keep.extend(bases.values())
-    return TileProgram(graph, rows, inputs, outputs, out_node.args[0], scratch, keep)
+    return TileProgram(rows, inputs, outputs, scratch, keep)
 
 
 def _float32(node: torch.fx.Node) -> None:
@@ -182,9 +174,8 @@ def _resolve(
     for v in reversed(chain):
         t = _replay(v, node, t)
         node = v
-    return View(
-        base, int(t.storage_offset()), tuple(int(s) for s in t.stride()), tuple(int(d) for d in t.shape)
-    )
+    strides, dims = tuple(int(s) for s in t.stride()), tuple(int(d) for d in t.shape)
+    return View(base, int(t.storage_offset()), strides, dims, t.is_contiguous())
 
 
 def _replay(view: torch.fx.Node, source: torch.fx.Node, t: torch.Tensor) -> torch.Tensor:
@@ -208,10 +199,10 @@ def _describe(node: torch.fx.Node, row: np.ndarray, view: Any, keep: list, graph
         return 0
     if name in ("adaptive_avg_pool2d", "_adaptive_avg_pool2d"):
         x = _contiguous(view(args["self"]), "input")
-        row[S_OP], row[S_X] = K_ADAPTIVE, x.address
-        row[S_XSHAPE : S_XSHAPE + 4] = _pad4(x.shape, 1)
         if len(x.shape) != 4:
             raise _NoKernel("only 4-D inputs")
+        row[S_OP], row[S_X] = K_ADAPTIVE, x.address
+        row[S_XSHAPE : S_XSHAPE + 4] = x.shape
         return 0
     if name in ("linear", "linear_act"):
         _linear(node, args, row, view)
@@ -226,7 +217,7 @@ def _describe(node: torch.fx.Node, row: np.ndarray, view: Any, keep: list, graph
 
 
 def _contiguous(v: View, what: str) -> View:
-    if not v.contiguous():
+    if not v.contiguous:
         raise _NoKernel(f"{what} is not contiguous (strides {v.strides} for shape {v.shape})")
     return v
 
@@ -245,16 +236,17 @@ def _conv(node: torch.fx.Node, args: dict, row: np.ndarray, view: Any, graph: Ti
             raise _NoKernel("residual of another shape")
         row[S_Y] = res.address
     row[S_XSHAPE : S_XSHAPE + 4] = x.shape
-    two = lambda v: [int(v)] * 2 if isinstance(v, int) else [int(e) for e in v] * (2 if len(v) == 1 else 1)  # noqa: E731
     kh, kw = w.shape[2], w.shape[3]
-    (sh, sw), (ph, pw), (dh, dw) = two(args["stride"]), two(args["padding"]), two(args["dilation"])
+    (sh, sw), (ph, pw), (dh, dw) = (as_ints(args[k], 2) for k in ("stride", "padding", "dilation"))
     row[S_KH : S_GROUPS + 1] = [kh, kw, sh, sw, ph, pw, dh, dw, int(args["groups"])]
     out = _shape(node)
     lo, hi = graph.layer_tile_start[i], graph.layer_tile_start[i + 1]
     if np.any(graph.tile_lo[lo:hi, 3] != 0) or np.any(graph.tile_hi[lo:hi, 3] != out[3]):
         raise _NoKernel("tiles must span whole output rows")
-    pointwise = kh == kw == 1 and (sh, sw, ph, pw) == (1, 1, 0, 0) and out[2:] == x.shape[2:]
-    if pointwise:
+    # a 1x1 stride-1 convolution multiplies the input as it lies (no im2col, no scratch); the kernel
+    # takes this decision from the row, so the scratch sized here always fits what it does
+    row[S_POINTWISE] = kh == kw == 1 and (sh, sw, ph, pw) == (1, 1, 0, 0) and out[2:] == x.shape[2:]
+    if row[S_POINTWISE]:
         return 0
     rows = int(np.max(graph.tile_hi[lo:hi, 2] - graph.tile_lo[lo:hi, 2]))
     return (x.shape[1] // int(args["groups"])) * kh * kw * rows * out[3]
@@ -264,13 +256,12 @@ def _pool(name: str, args: dict, row: np.ndarray, view: Any) -> None:
     x = _contiguous(view(args["self"]), "input")
     if len(x.shape) != 4:
         raise _NoKernel("only 4-D inputs")
-    two = lambda v: [int(v)] * 2 if isinstance(v, int) else [int(e) for e in v] * (2 if len(v) == 1 else 1)  # noqa: E731
-    kernel = two(args["kernel_size"])
-    stride = two(args["stride"]) if args.get("stride") else kernel
-    dilation = two(args.get("dilation") or 1)
+    kernel = as_ints(args["kernel_size"], 2)
+    stride = as_ints(args["stride"], 2) if args.get("stride") else kernel
+    dilation = as_ints(args.get("dilation") or 1, 2)
     row[S_OP], row[S_X] = (K_MAXPOOL if name == "max_pool2d" else K_AVGPOOL), x.address
     row[S_XSHAPE : S_XSHAPE + 4] = x.shape
-    row[S_KH : S_DW + 1] = [*kernel, *stride, *two(args["padding"]), *dilation]
+    row[S_KH : S_DW + 1] = [*kernel, *stride, *as_ints(args["padding"], 2), *dilation]
     if name == "avg_pool2d":
         row[S_COUNT_PAD] = int(bool(args.get("count_include_pad", True)))
         row[S_DIVISOR] = int(args.get("divisor_override") or 0)

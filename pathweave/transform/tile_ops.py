@@ -93,7 +93,7 @@ def _dim(d: int, nd: int) -> int:
     return d % nd if nd else 0
 
 
-def _ints(value: Any, n: int) -> list[int]:
+def as_ints(value: Any, n: int) -> list[int]:
     """An int or a list of 1 or n ints as n ints."""
     if isinstance(value, int):
         return [value] * n
@@ -145,7 +145,7 @@ def _reduction(node: torch.fx.Node, args: dict[str, Any]) -> list[Source]:
     x = args["self"]
     nd = len(shape(x))
     dims = args.get("dim")
-    dims = list(range(nd)) if dims is None or dims == [] else _ints(dims, 1)
+    dims = list(range(nd)) if dims is None or dims == [] else as_ints(dims, 1)
     keepdim = bool(args.get("keepdim", False))
     return [(x, partial(tr.reduce_input, in_shape=shape(x), dims=dims, keepdim=keepdim))]
 
@@ -156,14 +156,14 @@ def _conv(node: torch.fx.Node, args: dict[str, Any]) -> list[Source]:
     x, w = args["input"], args["weight"]
     x_shape, w_shape = shape(x), shape(w)
     spatial = len(w_shape) - 2
-    stride, dilation = _ints(args["stride"], spatial), _ints(args["dilation"], spatial)
+    stride, dilation = as_ints(args["stride"], spatial), as_ints(args["dilation"], spatial)
     padding = args["padding"]
     if isinstance(padding, str):  # 'valid' or 'same' (the odd padding goes after, as torch does)
         taps = zip(dilation, w_shape[2:], strict=True)
         padding = [0 if padding == "valid" else d * (k - 1) // 2 for d, k in taps]
     conv = partial(
         tr.conv_input, in_shape=x_shape, weight_shape=w_shape, stride=stride,
-        padding=_ints(padding, spatial), dilation=dilation, groups=int(args["groups"]),
+        padding=as_ints(padding, spatial), dilation=dilation, groups=int(args["groups"]),
     )  # fmt: skip
     c_dim = len(x_shape) - spatial - 1
     out: list[Source] = [(x, conv)]
@@ -182,12 +182,12 @@ def _conv_act(node: torch.fx.Node, args: dict[str, Any]) -> list[Source]:
 
 def _pool(node: torch.fx.Node, args: dict[str, Any]) -> list[Source]:
     x = args["self"]
-    kernel = _ints(args["kernel_size"], 2)
-    stride = _ints(args["stride"], 2) if args["stride"] else kernel
-    dilation = _ints(args.get("dilation", 1), 2)
+    kernel = as_ints(args["kernel_size"], 2)
+    stride = as_ints(args["stride"], 2) if args["stride"] else kernel
+    dilation = as_ints(args.get("dilation", 1), 2)
     pool = partial(
         tr.pool_input, in_shape=shape(x), kernel=kernel, stride=stride,
-        padding=_ints(args["padding"], 2), dilation=dilation,
+        padding=as_ints(args["padding"], 2), dilation=dilation,
     )  # fmt: skip
     return [(x, pool)]
 
@@ -342,7 +342,7 @@ def _squeeze(node: torch.fx.Node, args: dict[str, Any]) -> Source:
     x = args["self"]
     x_shape = shape(x)
     dims = args.get("dim")
-    dims = list(range(len(x_shape))) if dims is None else _ints(dims, 1)
+    dims = list(range(len(x_shape))) if dims is None else as_ints(dims, 1)
     return x, partial(tr.squeeze_input, in_shape=x_shape, dims=dims)
 
 

@@ -108,8 +108,7 @@ static int conv_tile(const int64_t *L, const int32_t *lo, const int32_t *hi, flo
     const int64_t cg = C / groups, og = O / groups, K = cg * kh * kw;
     const int64_t oh0 = lo[2], oh1 = hi[2], P = (oh1 - oh0) * OW;
     if (lo[3] != 0 || hi[3] != OW) return 1; /* tiles span whole output rows */
-    const int pointwise = kh == 1 && kw == 1 && L[S_SH] == 1 && L[S_SW] == 1 && L[S_PH] == 0 &&
-                          L[S_PW] == 0 && OH == H && OW == W;
+    const int pointwise = (int)L[S_POINTWISE];
     for (int64_t n = lo[0]; n < hi[0]; n++) {
         const float *xn = x + n * C * H * W;
         float *on = out + n * O * OH * OW;
@@ -331,7 +330,6 @@ int pw_tile_kernel(const int64_t *layer, const int32_t *lo, const int32_t *hi, f
     case PW_K_LINEAR: return sgemm ? linear_tile(layer, lo, hi, sgemm) : 2;
     case PW_K_EWISE: return ewise_tile(layer, lo, hi);
     case PW_K_CAT: return cat_tile(layer, lo, hi);
-    case PW_K_NOP: return 0;
     default: return 1;
     }
 }

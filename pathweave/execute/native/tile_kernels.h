@@ -22,8 +22,7 @@ enum {
     PW_K_ADAPTIVE = 4, /* adaptive_avg_pool2d */
     PW_K_LINEAR = 5,   /* linear (+bias, +act): GEMM with the weight transposed */
     PW_K_EWISE = 6,    /* element-wise: act(x op y), y a broadcast tensor or a scalar */
-    PW_K_CAT = 7,      /* concatenation: copies from the inputs listed in an aux array */
-    PW_K_NOP = 8       /* nothing to compute (its output is written by others) */
+    PW_K_CAT = 7       /* concatenation: copies from the inputs listed in an aux array */
 };
 
 /* epilogue activations (slot S_ACT) */
@@ -41,7 +40,8 @@ enum {
     S_YSTRIDE = 20, /* 4: y strides over the output's index space */
     S_BINOP = 24, S_ALPHA = 25, /* double bits: y is scaled by alpha (add/sub) */
     S_KH = 28, S_KW, S_SH, S_SW, S_PH, S_PW, S_DH, S_DW, S_GROUPS, /* conv and pool windows */
-    S_CEIL = 37, S_COUNT_PAD = 38, S_DIVISOR = 39,
+    S_POINTWISE = 37, /* conv: 1x1 stride 1 on the input as it lies, no im2col (decided in Python) */
+    S_COUNT_PAD = 38, S_DIVISOR = 39,
     S_AUX = 40, S_NAUX = 41 /* cat: address and count of (addr, offset, size, stride0..3) records */
 };
 
