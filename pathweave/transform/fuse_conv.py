@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 import torch.fx
 
-from .util import add_constant, aten, constant, conv_args
+from .util import add_constant, aten, constant, conv_args, residual_operand, sole_user
 
 _mkldnn = torch.ops.mkldnn
 #: activations oneDNN can run in the convolution's epilogue, by the attr name it knows them under
@@ -29,15 +29,6 @@ class FuseConv:
     attr: str  # oneDNN name of that activation, or "none"
 
 
-def _sole_user(node: torch.fx.Node) -> torch.fx.Node | None:
-    return next(iter(node.users)) if len(node.users) == 1 else None
-
-
-def _same_shape(a: object, b: torch.fx.Node) -> bool:
-    va, vb = getattr(a, "meta", {}).get("val"), b.meta.get("val")
-    return va is not None and vb is not None and tuple(va.shape) == tuple(vb.shape) and va.dtype == vb.dtype
-
-
 def propose(gm: torch.fx.GraphModule) -> list[FuseConv]:
     found = []
     claimed: set[torch.fx.Node] = set()  # an add both of whose operands are convolutions fuses once
@@ -52,19 +43,12 @@ def propose(gm: torch.fx.GraphModule) -> list[FuseConv]:
             continue
         add = other = None
         last = conv
-        user = _sole_user(conv)
-        if (
-            user is not None
-            and user.target == aten.add.Tensor
-            and len(user.args) == 2
-            and not user.kwargs  # add(..., alpha=2) is not the plain sum oneDNN fuses
-            and user not in claimed
-        ):
-            cand = user.args[1] if user.args[0] is conv else user.args[0]
-            if isinstance(cand, torch.fx.Node) and cand is not conv and _same_shape(cand, conv):
-                add, other, last = user.name, cand.name, user
-                claimed.add(user)
-        act = _sole_user(last)
+        user = sole_user(conv)
+        cand = residual_operand(conv, user) if user not in claimed else None
+        if cand is not None:
+            add, other, last = user.name, cand.name, user
+            claimed.add(user)
+        act = sole_user(last)
         if act is not None and act.target in UNARY:
             found.append(FuseConv(conv.name, add, other, act.name, UNARY[act.target]))
         else:

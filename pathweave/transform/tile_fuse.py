@@ -18,7 +18,7 @@ import torch
 import torch.fx
 import torch.nn.functional as F
 
-from .util import aten, conv_args
+from .util import aten, conv_args, residual_operand, sole_user
 
 ACTS = ("none", "relu", "gelu", "tanh")
 _ACT_OPS = {aten.relu.default: "relu", aten.gelu.default: "gelu", aten.tanh.default: "tanh"}
@@ -71,28 +71,12 @@ class Fuse:
     act_name: str
 
 
-def _only_user(node: torch.fx.Node) -> torch.fx.Node | None:
-    users = list(node.users)
-    return users[0] if len(users) == 1 else None
-
-
 def _act(node: torch.fx.Node | None) -> str | None:
     if node is None or node.op != "call_function" or node.target not in _ACT_OPS:
         return None
     if node.target == aten.gelu.default and node.kwargs.get("approximate", "none") != "none":
         return None
     return _ACT_OPS[node.target]
-
-
-def _residual_add(conv: torch.fx.Node, add: torch.fx.Node | None) -> bool:
-    """``add(conv, r)`` with alpha 1 and ``r`` of the conv's own shape (no broadcast)."""
-    if add is None or add.target != aten.add.Tensor or add.kwargs.get("alpha", 1) != 1 or len(add.args) != 2:
-        return False
-    other = add.args[1] if add.args[0] is conv else add.args[0]
-    if not isinstance(other, torch.fx.Node) or other is conv:
-        return False
-    a, b = other.meta.get("val"), conv.meta.get("val")
-    return a is not None and b is not None and a.shape == b.shape and a.dtype == b.dtype
 
 
 def propose(gm: torch.fx.GraphModule) -> list[Fuse]:
@@ -102,13 +86,13 @@ def propose(gm: torch.fx.GraphModule) -> list[Fuse]:
     for node in gm.graph.nodes:
         if node.op != "call_function":
             continue
-        user = _only_user(node)
+        user = sole_user(node)
         if user in claimed:
             continue
         if node.target == aten.conv2d.default:
-            if _residual_add(node, user):
+            if residual_operand(node, user) is not None:
                 claimed.add(user)
-                after = _only_user(user)
+                after = sole_user(user)
                 act = _act(after)
                 found.append(Fuse(node.name, user.name, after.name if act else None, act or "none"))
             elif _act(user):
@@ -128,9 +112,7 @@ def apply(gm: torch.fx.GraphModule, matches: list[Fuse]) -> None:
         with gm.graph.inserting_before(last):
             if layer.target == aten.conv2d.default:
                 x, w, b, stride, padding, dilation, groups = conv_args(layer)
-                residual = None
-                if add is not None:
-                    residual = add.args[1] if add.args[0] is layer else add.args[0]
+                residual = residual_operand(layer, add)  # read now: it may be a node fused before
                 fused = gm.graph.call_function(
                     torch.ops.pathweave.conv2d_act.default,
                     (x, w, b, residual, stride, padding, dilation, int(groups), m.act_name),

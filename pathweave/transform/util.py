@@ -57,3 +57,21 @@ def conv_args(node: torch.fx.Node) -> list[Any]:
         v = args[i]
         args[i] = [int(v)] * 2 if isinstance(v, int) else [int(e) for e in v] * (2 if len(v) == 1 else 1)
     return args
+
+
+def sole_user(node: torch.fx.Node) -> torch.fx.Node | None:
+    return next(iter(node.users)) if len(node.users) == 1 else None
+
+
+def residual_operand(node: torch.fx.Node, add: torch.fx.Node | None) -> torch.fx.Node | None:
+    """The other operand ``r`` of ``add(node, r)`` (either order) when an epilogue can take it: a plain
+    sum (no alpha) with ``r`` of ``node``'s own shape and dtype (no broadcast); else None."""
+    if add is None or add.target != aten.add.Tensor or len(add.args) != 2 or add.kwargs:
+        return None
+    other = add.args[1] if add.args[0] is node else add.args[0]
+    if not isinstance(other, torch.fx.Node) or other is node:
+        return None
+    a, b = other.meta.get("val"), node.meta.get("val")
+    if a is None or b is None or tuple(a.shape) != tuple(b.shape) or a.dtype != b.dtype:
+        return None
+    return other
