@@ -176,16 +176,21 @@ def profile_kernels(
             with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
                 interp.run(*inputs)
                 torch.cuda.synchronize()
-        with tempfile.TemporaryDirectory() as tmp:
-            trace_path = Path(tmp) / "trace.json"
-            prof.export_chrome_trace(str(trace_path))
-            found = parse_trace(json.loads(trace_path.read_text()))
+        found = parse_trace(chrome_trace(prof))
         if use_cache:
             _save(path, found)
     for node in gm.graph.nodes:
         if node.name in found:
             node.meta[KERNELS] = found[node.name]
     return found
+
+
+def chrome_trace(prof: Any) -> dict[str, Any]:
+    """A finished ``torch.profiler.profile`` as its Chrome trace (the profiler writes it only to a file)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "trace.json"
+        prof.export_chrome_trace(str(path))
+        return json.loads(path.read_text())
 
 
 def _save(path: Path, found: dict[str, NodeKernels]) -> None:

@@ -8,8 +8,6 @@ multi-stream one can be compared at a glance (``pathweave timeline MODEL``).
 
 from __future__ import annotations
 
-import json
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,16 +42,15 @@ def replay_spans(run: Callable[[], Any], warmup: int = 3) -> list[Span]:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
+    from ..analyze.kernels import chrome_trace
+
     for _ in range(warmup):
         run()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         run()
         torch.cuda.synchronize()
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "trace.json"
-        prof.export_chrome_trace(str(path))
-        spans = kernel_spans(json.loads(path.read_text()))
+    spans = kernel_spans(chrome_trace(prof))
     if not spans:
         raise ExecutionError("the profiler recorded no kernels for the replay (CUPTI kernel tracing is off?)")
     return spans
