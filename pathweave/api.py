@@ -65,8 +65,8 @@ def optimize(
       generated C kernels (BrainSlug); CPU only.
     - "tiles": ASPEN on CPU: each layer's output cut into tiles, a tile dataflow graph, one native
       scheduling engine per thread running ready tiles with no barrier between layers; native kernels
-      (OpenBLAS for the matrix products). float32 CNNs and MLPs so far; other ops raise
-      ``UnsupportedError`` listing them (``execute.tiles``).
+      (OpenBLAS for the matrix products). float32 CNNs, MLPs and transformers (int64 ids and bool masks
+      as inputs); other ops raise ``UnsupportedError`` listing them (``execute.tiles``).
     - "streams": Opara on CUDA: kernels profiled once, nodes on several CUDA streams in a resource-aware
       launch order, the whole model captured into one CUDA Graph (``execute.streams``). Outputs are
       copies (the graph's own buffers are overwritten by the next call).

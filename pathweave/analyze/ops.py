@@ -18,7 +18,8 @@ _MODULE_OPS = {
 }  # fmt: skip
 
 CONV = {"conv1d", "conv2d", "conv3d", "convolution", "_convolution", "_convolution_pointwise", "conv2d_act"}
-MATMUL = {"linear", "addmm", "mm", "bmm", "matmul", "baddbmm", "_linear_pointwise", "einsum", "linear_act"}
+MATMUL = {"linear", "addmm", "mm", "bmm", "matmul", "baddbmm", "_linear_pointwise", "einsum", "linear_act",
+          "matmul_add"}  # fmt: skip
 POOL = {
     "max_pool2d",
     "avg_pool2d",

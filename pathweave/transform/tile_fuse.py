@@ -3,7 +3,8 @@ first by ``fold_bn``):
 
 - ``relu(conv2d(x))``, ``add(conv2d(x), r)`` and ``relu(add(conv2d(x), r))`` -> ``pathweave::conv2d_act``
   (a ResNet block's last convolution takes its shortcut ``r`` as a residual);
-- ``relu|gelu|tanh(linear(x))`` -> ``pathweave::linear_act``.
+- ``relu|gelu|tanh(linear(x))`` -> ``pathweave::linear_act``; GELU in both forms, GPT-2's tanh form as
+  act ``gelu_tanh`` (linear only: the matmul kernel of ``tile_kernels_seq.c`` computes it).
 
 The fused ops are torch custom ops with the same results as the ops they replace, so the rewritten
 graph still runs in PyTorch (the tiles strategy checks it against the original); the tile graph maps
@@ -20,7 +21,7 @@ import torch.nn.functional as F
 
 from .util import aten, conv_args, residual_operand, sole_user
 
-ACTS = ("none", "relu", "gelu", "tanh")
+ACTS = ("none", "relu", "gelu", "tanh", "gelu_tanh")
 _ACT_OPS = {aten.relu.default: "relu", aten.gelu.default: "gelu", aten.tanh.default: "tanh"}
 
 
@@ -29,6 +30,8 @@ def _activate(y: torch.Tensor, act: str) -> torch.Tensor:
         return torch.relu(y)
     if act == "gelu":
         return F.gelu(y)
+    if act == "gelu_tanh":
+        return F.gelu(y, approximate="tanh")
     if act == "tanh":
         return torch.tanh(y)
     return y
@@ -71,11 +74,11 @@ class Fuse:
     act_name: str
 
 
-def _act(node: torch.fx.Node | None) -> str | None:
+def _act(node: torch.fx.Node | None, gelu_tanh: bool = False) -> str | None:
     if node is None or node.op != "call_function" or node.target not in _ACT_OPS:
         return None
     if node.target == aten.gelu.default and node.kwargs.get("approximate", "none") != "none":
-        return None
+        return "gelu_tanh" if gelu_tanh and node.kwargs["approximate"] == "tanh" else None
     return _ACT_OPS[node.target]
 
 
@@ -97,8 +100,8 @@ def propose(gm: torch.fx.GraphModule) -> list[Fuse]:
                 found.append(Fuse(node.name, user.name, after.name if act else None, act or "none"))
             elif _act(user):
                 found.append(Fuse(node.name, None, user.name, _act(user)))
-        elif node.target == aten.linear.default and _act(user):
-            found.append(Fuse(node.name, None, user.name, _act(user)))
+        elif node.target == aten.linear.default and _act(user, gelu_tanh=True):
+            found.append(Fuse(node.name, None, user.name, _act(user, gelu_tanh=True)))
     return found
 
 

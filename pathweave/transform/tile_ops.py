@@ -229,6 +229,9 @@ def _matmul(node: torch.fx.Node, args: dict[str, Any]) -> list[Source]:
     ]
     if names and _is_tensor(args["self"]):  # addmm / baddbmm: the added term broadcasts
         out.append((args["self"], partial(tr.broadcast_input, in_shape=shape(args["self"]))))
+    for term in ("bias", "residual"):  # tile_fuse_matmul's matmul_add: terms that broadcast
+        if _is_tensor(args.get(term)):
+            out.append((args[term], partial(tr.broadcast_input, in_shape=shape(args[term]))))
     return out
 
 
@@ -283,7 +286,7 @@ LAYERS: dict[str, LayerRule] = {
     **dict.fromkeys(("adaptive_avg_pool2d", "_adaptive_avg_pool2d", "adaptive_max_pool2d"), _adaptive_pool),
     "upsample_nearest2d": _upsample_nearest,
     **dict.fromkeys(("linear", "linear_act"), _linear),
-    **dict.fromkeys(("matmul", "mm", "bmm", "addmm", "baddbmm"), _matmul),
+    **dict.fromkeys(("matmul", "mm", "bmm", "addmm", "baddbmm", "matmul_add"), _matmul),
     "embedding": _embedding,
     "cat": _cat,
     "stack": _stack,
@@ -394,6 +397,33 @@ def _getitem(node: torch.fx.Node, layers: set[torch.fx.Node]) -> Source:
     return x, partial(tr.slice_input, dim=dim, start=start, step=1)
 
 
+def _copies(node: torch.fx.Node, layers: set[torch.fx.Node]) -> bool:
+    """Whether a reshape cannot view its input (flatten of a transposed tensor): its chain of views,
+    replayed on a contiguous meta tensor of the shape under it (every layer, input and constant is
+    contiguous in a tile program), gives no view at the end."""
+    chain = []
+    src = node
+    while src.op == "call_function" and src not in layers:
+        name = op_name(src)
+        if name == "getitem" and src.args[0] in layers:
+            break  # a layer's first output: its own buffer
+        if name not in VIEWS and name not in MULTI_VIEWS and name != "getitem":
+            break
+        chain.append(src)
+        src = src.all_input_nodes[0]
+    base = t = torch.empty(shape(src), device="meta")
+    for view in reversed(chain):
+        if op_name(view) not in IDENTITY_VIEWS:
+            args = torch.fx.node.map_arg(view.args, partial(_stand_in, node=src, value=t))
+            t = view.target(*args, **view.kwargs)
+        src = view
+    return isinstance(t, torch.Tensor) and t is not base and not t._is_view()
+
+
+def _stand_in(arg: Any, node: torch.fx.Node, value: Any) -> Any:
+    return value if arg is node else arg
+
+
 def plan_nodes(gm: torch.fx.GraphModule) -> dict[torch.fx.Node, NodeMaps]:
     """Every layer and view of the graph with its sources, in graph order. Raises one UnsupportedError
     naming every node that cannot be mapped."""
@@ -435,7 +465,10 @@ def _plan(node: torch.fx.Node, layers: set[torch.fx.Node]) -> NodeMaps | None:
     if not tensor_specs(node) or name in MULTI_VIEWS:
         return None  # no tensor (assertions), or pieces only getitem reads
     if name in VIEWS:
-        return NodeMaps("view", (VIEWS[name](node, bound_args(node)),))
+        source = VIEWS[name](node, bound_args(node))
+        if name in RESHAPES and _copies(node, layers):  # a layer that copies, with the view's map
+            return NodeMaps("layer", (source,))
+        return NodeMaps("view", (source,))
     if name not in LAYERS:
         raise _Unsupported(f"no range map for {name}")
     if len(shape(node)) > MAX_DIMS:

@@ -1,0 +1,310 @@
+"""Kernel rows for the transformer ops of a tile program (``native/tile_kernels_seq.c``; slot numbers as in
+``native/tile_kernels_seq.h``): embedding, layer norm and softmax over the last dim, GELU's tanh form,
+matmul / bmm / addmm / baddbmm / ``tile_fuse_matmul``'s matmul_add on strided views (and linear where
+the plain linear kernel cannot take it: a strided input, GELU in its epilogue), where and masked_fill,
+conversion to float32, and the copy a reshape makes of a tensor it cannot view (flatten of attention's
+transposed heads).
+
+These rows hold shapes and strides padded at the front to 4 dims (dim 3 is the tensor's last);
+``SQ_RANK`` says how many are real. A matmul operand is read in place by sgemm, as rows or transposed
+with its leading dimension from the strides, and packed into scratch only when neither fits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch.fx
+
+from ..transform.tile_graph import TileGraph
+from ..transform.tile_ops import RESHAPES
+from .tile_program import (
+    ACTS,
+    S_ACT,
+    S_ALPHA,
+    S_BIAS,
+    S_OP,
+    S_SCALAR,
+    S_W,
+    S_X,
+    S_XSHAPE,
+    S_XSTRIDE,
+    S_Y,
+    S_YSTRIDE,
+    View,
+    _contiguous,
+    _NoKernel,
+    _shape,
+)
+
+SQ_Z, SQ_YSCALAR = S_W, S_ALPHA
+SQ_ZSTRIDE, SQ_RANK, SQ_DTYPE, SQ_K, SQ_ROWS, SQ_LAYOUT_A, SQ_LAYOUT_B = 28, 32, 33, 34, 35, 36, 37
+K_EMBEDDING, K_LAYERNORM, K_SOFTMAX, K_MAP, K_MATMUL, K_WHERE, K_CONVERT, K_COPY = range(32, 40)
+GEMM_ROWS, GEMM_TRANS, GEMM_PACK = 0, 1, 2
+SEQ_ACTS = {**ACTS, "gelu_tanh": 4}
+#: a linear with these activations goes to the plain linear kernel; GELU to the matmul kernel, whose
+#: erf is vectorised (libm's erff per element cost BERT-base a tenth of its time)
+PLAIN_ACTS = ("none", "relu", "tanh")
+DTYPES = {np.float32: 0, np.int64: 1, np.int32: 2, np.bool_: 3}
+INDICES = (np.int64, np.int32)
+
+View_ = Callable[..., View]
+
+
+def describe_seq(
+    node: torch.fx.Node, name: str, args: dict, row: np.ndarray, view: View_, graph: TileGraph, i: int
+) -> int | None:
+    """Fill ``row`` when one of these kernels computes ``node`` and return the scratch floats a tile
+    needs; None when the op is left to the other kernels of ``tile_program``."""
+    rule = _RULES.get(name)
+    return None if rule is None else rule(node, args, row, view, graph, i)
+
+
+def _front(values: list[int] | tuple[int, ...], fill: int) -> list[int]:
+    return [fill] * (4 - len(values)) + list(values)
+
+
+def _over(v: View, out: tuple[int, ...]) -> list[int]:
+    """``v``'s strides over the output's index space, padded at the front (0 where it broadcasts)."""
+    if len(v.shape) > len(out):
+        raise _NoKernel(f"an operand of shape {v.shape} for an output of shape {out}")
+    own = [s if n != 1 else 0 for s, n in zip(v.strides, v.shape, strict=True)]
+    return _front([0] * (len(out) - len(v.shape)) + own, 0)
+
+
+def _start(row: np.ndarray, code: int, out: tuple[int, ...]) -> None:
+    if not 1 <= len(out) <= 4:
+        raise _NoKernel(f"a {len(out)}-D output (these kernels take 1 to 4 dims)")
+    row[S_OP], row[SQ_RANK] = code, len(out)
+
+
+def _double(value: float) -> np.int64:
+    return np.float64(value).view(np.int64)
+
+
+# ---- gather, normalise, map --------------------------------------------------------------------------------
+
+
+def _embedding(
+    node: torch.fx.Node, args: dict, row: np.ndarray, view: View_, graph: TileGraph, i: int
+) -> int:
+    table = _contiguous(view(args["weight"]), "weight")
+    ids = view(args["indices"], INDICES)
+    out = _shape(node)
+    if len(table.shape) != 2:
+        raise _NoKernel("a table that is not 2-D")
+    _start(row, K_EMBEDDING, out)
+    row[S_W], row[SQ_ROWS] = table.address, table.shape[0]
+    row[S_X], row[SQ_DTYPE] = ids.address, DTYPES[ids.base.dtype.type]
+    row[S_XSTRIDE : S_XSTRIDE + 4] = _front([*ids.strides, 0], 0)
+    return 0
+
+
+def _row_input(node: torch.fx.Node, x: View, row: np.ndarray, code: int) -> tuple[int, ...]:
+    """A kernel over whole rows of the last dim: x read at its strides, which must be 1 along that dim."""
+    out = _shape(node)
+    if x.shape != out:
+        raise _NoKernel(f"input of shape {x.shape} for an output of shape {out}")
+    if out and out[-1] > 1 and x.strides[-1] != 1:
+        raise _NoKernel("the last dim of the input is strided")
+    _start(row, code, out)
+    row[S_X] = x.address
+    row[S_XSTRIDE : S_XSTRIDE + 4] = _over(x, out)
+    return out
+
+
+def _layer_norm(
+    node: torch.fx.Node, args: dict, row: np.ndarray, view: View_, graph: TileGraph, i: int
+) -> int:
+    if len(args["normalized_shape"]) != 1:
+        raise _NoKernel("normalised over more than the last dim")
+    out = _row_input(node, view(args["input"]), row, K_LAYERNORM)
+    for slot, key in ((S_W, "weight"), (S_BIAS, "bias")):
+        if args.get(key) is not None:
+            p = _contiguous(view(args[key]), key)
+            if p.shape != out[-1:]:
+                raise _NoKernel(f"{key} of shape {p.shape}")
+            row[slot] = p.address
+    row[S_SCALAR] = _double(float(args["eps"]))
+    return 0
+
+
+def _softmax(node: torch.fx.Node, args: dict, row: np.ndarray, view: View_, graph: TileGraph, i: int) -> int:
+    nd = len(_shape(node))
+    if nd == 0 or args["dim"] % nd != nd - 1:
+        raise _NoKernel("softmax over a dim other than the last")
+    if args.get("dtype") is not None or args.get("half_to_float"):
+        raise _NoKernel("softmax with a dtype")
+    _row_input(node, view(args["self"]), row, K_SOFTMAX)
+    return 0
+
+
+def _gelu(
+    node: torch.fx.Node, args: dict, row: np.ndarray, view: View_, graph: TileGraph, i: int
+) -> int | None:
+    if args.get("approximate", "none") != "tanh":
+        return None  # the erf form: the element-wise kernel
+    out = _shape(node)
+    x = view(args["self"])
+    _start(row, K_MAP, out)
+    row[S_X], row[S_ACT] = x.address, SEQ_ACTS["gelu_tanh"]
+    row[S_XSTRIDE : S_XSTRIDE + 4] = _over(x, out)
+    return 0
+
+
+def _where(node: torch.fx.Node, args: dict, row: np.ndarray, view: View_, graph: TileGraph, i: int) -> int:
+    """where(cond, x, y) and masked_fill(y, cond, x): out = cond ? x : y, x and y tensors or scalars."""
+    if "mask" in args:
+        cond, x, y = args["mask"], args["value"], args["self"]
+    else:
+        cond, x, y = args["condition"], args["self"], args["other"]
+    out = _shape(node)
+    _start(row, K_WHERE, out)
+    c = view(cond, (np.bool_,))
+    row[SQ_Z], row[SQ_DTYPE] = c.address, DTYPES[np.bool_]
+    row[SQ_ZSTRIDE : SQ_ZSTRIDE + 4] = _over(c, out)
+    for operand, addr, strides, scalar in ((x, S_X, S_XSTRIDE, S_SCALAR), (y, S_Y, S_YSTRIDE, SQ_YSCALAR)):
+        if isinstance(operand, torch.fx.Node):
+            v = view(operand)
+            row[addr] = v.address
+            row[strides : strides + 4] = _over(v, out)
+        elif isinstance(operand, (int, float, bool)):
+            row[scalar] = _double(float(operand))
+        else:
+            raise _NoKernel(f"operand {operand!r}")
+    return 0
+
+
+def _convert(node: torch.fx.Node, args: dict, row: np.ndarray, view: View_, graph: TileGraph, i: int) -> int:
+    """to / _to_copy / type_as into float32 (the output's type is checked by build_program)."""
+    out = _shape(node)
+    x = view(args["self"], tuple(DTYPES))
+    _start(row, K_CONVERT, out)
+    row[S_X], row[SQ_DTYPE] = x.address, DTYPES[x.base.dtype.type]
+    row[S_XSTRIDE : S_XSTRIDE + 4] = _over(x, out)
+    return 0
+
+
+def _copy(node: torch.fx.Node, args: dict, row: np.ndarray, view: View_, graph: TileGraph, i: int) -> int:
+    """A reshape that tile_ops made a layer because it cannot view its input: copy in row-major order."""
+    x = view(args["self"])
+    out = _shape(node)
+    if len(x.shape) > 4:
+        raise _NoKernel(f"a {len(x.shape)}-D input")
+    _start(row, K_COPY, out)
+    row[S_X] = x.address
+    row[S_XSHAPE : S_XSHAPE + 4] = _front(x.shape, 1)
+    row[S_XSTRIDE : S_XSTRIDE + 4] = _front(x.strides, 0)
+    return 0
+
+
+# ---- matrix products ---------------------------------------------------------------------------------------
+
+
+def gemm_layout(rows: int, cols: int, s_row: int, s_col: int) -> tuple[int, int, int]:
+    """How sgemm reads a [rows, cols] operand with these strides, and the strides the kernel then uses:
+    as rows (unit column stride, leading dim = row stride), transposed (unit row stride, leading dim =
+    column stride), or packed. A dim of size 1 takes whatever stride makes a valid leading dim."""
+    if (cols == 1 or s_col == 1) and (rows == 1 or s_row >= cols):
+        return GEMM_ROWS, (s_row if rows > 1 else max(cols, 1)), 1
+    if (rows == 1 or s_row == 1) and (cols == 1 or s_col >= rows):
+        return GEMM_TRANS, 1, (s_col if cols > 1 else max(rows, 1))
+    return GEMM_PACK, s_row, s_col
+
+
+def _batch(v: View, out: tuple[int, ...]) -> list[int]:
+    """Strides of a matrix operand's batch dims over the output's, padded at the front to 2."""
+    return _over(View(v.base, v.offset, v.strides[:-2], v.shape[:-2], False), out[:-2])[2:]
+
+
+def _operands(args: dict) -> tuple[Any, Any, Any, float, float]:
+    """(a, b, added term, alpha, beta) of matmul / mm / bmm / addmm / baddbmm / matmul_add."""
+    if "batch1" in args or "mat1" in args:
+        a, b = ("batch1", "batch2") if "batch1" in args else ("mat1", "mat2")
+        return args[a], args[b], args["self"], float(args["alpha"]), float(args["beta"])
+    if "residual" in args:  # tile_fuse_matmul's: alpha * (a @ b) + bias + residual
+        return args["self"], args["other"], args["residual"], float(args["alpha"]), 1.0
+    return args["self"], args.get("other", args.get("mat2")), None, 1.0, 1.0
+
+
+def _matmul(node: torch.fx.Node, args: dict, row: np.ndarray, view: View_, graph: TileGraph, i: int) -> int:
+    a_node, b_node, z_node, alpha, beta = _operands(args)
+    a, b = view(a_node), view(b_node)
+    if len(a.shape) < 2 or len(b.shape) < 2:
+        raise _NoKernel("1-D operands")
+    if a.shape[-1] != b.shape[-2]:
+        raise _NoKernel(f"operands of shapes {a.shape} and {b.shape}")
+    out = _shape(node)
+    _start(row, K_MATMUL, out)
+    a_strides = [*_batch(a, out), a.strides[-2], a.strides[-1]]
+    scratch = _gemm(row, graph, i, out, a, a_strides, b, [*_batch(b, out), b.strides[-2], b.strides[-1]])
+    row[S_SCALAR] = _double(alpha)
+    if isinstance(z_node, torch.fx.Node):
+        z = view(z_node)
+        row[SQ_Z], row[SQ_YSCALAR] = z.address, _double(beta)
+        row[SQ_ZSTRIDE : SQ_ZSTRIDE + 4] = _over(z, out)
+    if args.get("bias") is not None:
+        bias = _contiguous(view(args["bias"]), "bias")
+        if bias.shape != out[-1:]:
+            raise _NoKernel(f"a bias of shape {bias.shape}")
+        row[S_BIAS] = bias.address
+    return scratch
+
+
+def _linear(
+    node: torch.fx.Node, args: dict, row: np.ndarray, view: View_, graph: TileGraph, i: int
+) -> int | None:
+    """A linear layer whose input is strided or whose activation is GELU (either form), as a matmul with
+    the weight transposed in place; the others go to the plain linear kernel."""
+    act = args.get("act") or "none"
+    x = view(args["input"])
+    if act in PLAIN_ACTS and x.contiguous:
+        return None
+    if act not in SEQ_ACTS:
+        raise _NoKernel(f"activation {act}")
+    w = view(args["weight"])
+    if len(x.shape) < 2 or len(w.shape) != 2 or w.shape[1] != x.shape[-1]:
+        raise _NoKernel(f"a weight of shape {w.shape} for an input of shape {x.shape}")
+    out = _shape(node)
+    _start(row, K_MATMUL, out)
+    x_strides = [*_batch(x, out), x.strides[-2], x.strides[-1]]
+    scratch = _gemm(row, graph, i, out, x, x_strides, w, [0, 0, w.strides[1], w.strides[0]])
+    row[S_SCALAR], row[S_ACT] = _double(1.0), SEQ_ACTS[act]
+    if args.get("bias") is not None:
+        row[S_BIAS] = _contiguous(view(args["bias"]), "bias").address
+    return scratch
+
+
+def _gemm(
+    row: np.ndarray, graph: TileGraph, i: int, out: tuple[int, ...], a: View, a_strides: list[int], b: View,
+    b_strides: list[int],
+) -> int:  # fmt: skip
+    """A and B with strides [batch0, batch1, row, col] over the output: how sgemm reads each, and the
+    scratch the packed ones need for this layer's largest tile."""
+    m, k, n = out[-2], a.shape[-1], out[-1]
+    lay_a, *a_strides[2:] = gemm_layout(m, k, a_strides[2], a_strides[3])
+    lay_b, *b_strides[2:] = gemm_layout(k, n, b_strides[2], b_strides[3])
+    row[S_X], row[S_Y], row[SQ_K], row[SQ_LAYOUT_A], row[SQ_LAYOUT_B] = a.address, b.address, k, lay_a, lay_b
+    row[S_XSTRIDE : S_XSTRIDE + 4] = a_strides
+    row[S_YSTRIDE : S_YSTRIDE + 4] = b_strides
+    if GEMM_PACK not in (lay_a, lay_b):
+        return 0
+    lo, hi = graph.layer_tile_start[i], graph.layer_tile_start[i + 1]
+    extent = graph.tile_hi[lo:hi] - graph.tile_lo[lo:hi]
+    return int(extent[:, len(out) - 2].max()) * k + k * int(extent[:, len(out) - 1].max())
+
+
+Rule = Callable[[torch.fx.Node, dict, np.ndarray, View_, TileGraph, int], int | None]
+_RULES: dict[str, Rule] = {
+    "embedding": _embedding,
+    **dict.fromkeys(("layer_norm", "native_layer_norm"), _layer_norm),
+    **dict.fromkeys(("softmax", "_softmax"), _softmax),
+    "gelu": _gelu,
+    **dict.fromkeys(("where", "masked_fill"), _where),
+    **dict.fromkeys(("to", "_to_copy", "type_as"), _convert),
+    **dict.fromkeys(RESHAPES, _copy),
+    **dict.fromkeys(("matmul", "mm", "bmm", "addmm", "baddbmm", "matmul_add"), _matmul),
+    **dict.fromkeys(("linear", "linear_act"), _linear),
+}
