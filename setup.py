@@ -9,8 +9,17 @@ setup(
     ext_modules=[
         Extension(
             "pathweave.execute.native._tile_runtime",
-            sources=["pathweave/execute/native/tile_runtime.c", "pathweave/execute/native/tile_kernels.c"],
-            depends=["pathweave/execute/native/tile_kernels.h"],
+            sources=[
+                "pathweave/execute/native/tile_runtime.c",
+                "pathweave/execute/native/tile_kernels.c",
+                "pathweave/execute/native/tile_gemm.c",
+                "pathweave/execute/native/tile_kernels_seq.c",
+            ],
+            depends=[
+                "pathweave/execute/native/tile_kernels.h",
+                "pathweave/execute/native/tile_gemm.h",
+                "pathweave/execute/native/tile_kernels_seq.h",
+            ],
             extra_compile_args=["-O3", "-std=c11", "-pthread", "-Wall"],
             extra_link_args=["-pthread", "-lm"],
         )

@@ -22,8 +22,9 @@ import torch.utils._pytree as pytree
 
 from ..analyze.ops import op_name
 from ..errors import UnsupportedError
+from ..meta import PACKED_WEIGHTS
 from ..transform.tile_graph import TileGraph
-from ..transform.tile_ops import MULTI_VIEWS, NodeMaps, as_ints, bound_args
+from ..transform.tile_ops import IDENTITY_VIEWS, MULTI_VIEWS, NodeMaps, as_ints, bound_args
 from ..transform.util import constant
 
 SLOTS = 48
@@ -32,6 +33,9 @@ S_OP, S_ACT, S_OUT, S_X, S_Y, S_W, S_BIAS, S_SCALAR = range(8)
 S_OSHAPE, S_XSTRIDE, S_XSHAPE, S_YSTRIDE, S_BINOP, S_ALPHA = 8, 12, 16, 20, 24, 25
 S_KH, S_KW, S_SH, S_SW, S_PH, S_PW, S_DH, S_DW, S_GROUPS = range(28, 37)
 S_POINTWISE, S_COUNT_PAD, S_DIVISOR, S_AUX, S_NAUX = 37, 38, 39, 40, 41
+S_WPACK, S_PROFILE = 42, 47
+#: rows per panel of packed convolution weights (native/tile_gemm.h)
+PANEL_ROWS = 8
 K_CONV, K_MAXPOOL, K_AVGPOOL, K_ADAPTIVE, K_LINEAR, K_EWISE, K_CAT = range(1, 8)
 ACTS = {"none": 0, "relu": 1, "gelu": 2, "tanh": 3}
 BINOPS = {"add": 1, "sub": 2, "mul": 3, "div": 4, "rsub": 5}
@@ -50,11 +54,12 @@ class View:
 
     @property
     def address(self) -> int:
-        return int(self.base.ctypes.data) + 4 * self.offset
+        return int(self.base.ctypes.data) + self.base.itemsize * self.offset
 
     def array(self) -> np.ndarray:
         flat = self.base.reshape(-1)[self.offset :]
-        return np.lib.stride_tricks.as_strided(flat, self.shape, tuple(4 * s for s in self.strides))
+        strides = tuple(self.base.itemsize * s for s in self.strides)
+        return np.lib.stride_tricks.as_strided(flat, self.shape, strides)
 
 
 @dataclass
@@ -85,26 +90,42 @@ def _pad4(values: list[int] | tuple[int, ...], fill: int) -> list[int]:
 
 
 def build_program(
-    gm: torch.fx.GraphModule, graph: TileGraph, plans: dict[torch.fx.Node, NodeMaps]
+    gm: torch.fx.GraphModule,
+    graph: TileGraph,
+    plans: dict[torch.fx.Node, NodeMaps],
+    offsets: np.ndarray | None = None,
 ) -> TileProgram:
     """Kernel rows for every layer of ``graph`` (built from ``gm``). Raises one UnsupportedError naming
-    every layer the native kernels cannot run."""
+    every layer the native kernels cannot run. ``offsets`` (``tile_memory.plan_buffers``) places each
+    layer's output in one shared arena; without them every layer has its own buffer."""
     nodes = {n.name: n for n in gm.graph.nodes}
     keep: list[np.ndarray] = []
     bases: dict[torch.fx.Node, np.ndarray] = {}
     inputs = []
     for node in gm.graph.nodes:
-        if node.op == "placeholder":
-            _float32(node)
-            bases[node] = np.zeros(_shape(node), dtype=np.float32)
+        if node.op == "placeholder":  # float32, or ids and masks that only some kernels read (view dtypes)
+            bases[node] = np.zeros(_shape(node), dtype=_input_dtype(node))
             inputs.append(bases[node])
-    for name in graph.layer_names:
+    sizes = [math.prod(_shape(nodes[str(name)])) for name in graph.layer_names]
+    arena = None
+    if offsets is not None:
+        end = max((int(o) + n for o, n in zip(offsets, sizes, strict=True)), default=0)
+        arena = np.zeros(end, dtype=np.float32)
+    for i, name in enumerate(graph.layer_names):
         node = nodes[str(name)]
         _float32(node)
-        bases[node] = np.zeros(_shape(node), dtype=np.float32)
+        if arena is None:
+            bases[node] = np.zeros(_shape(node), dtype=np.float32)
+        else:
+            bases[node] = arena[offsets[i] : offsets[i] + sizes[i]].reshape(_shape(node))
 
-    def view(arg: Any) -> View:
-        return _resolve(gm, arg, plans, bases, keep)
+    def view(arg: Any, dtypes: tuple[type, ...] = (np.float32,)) -> View:
+        """Where ``arg`` lies; a kernel names the element types it reads (float32 unless it says)."""
+        v = _resolve(gm, arg, plans, bases, keep)
+        if v.base.dtype.type not in dtypes:
+            names = ", ".join(np.dtype(d).name for d in dtypes)
+            raise _NoKernel(f"{arg.name} is {v.base.dtype}; the kernel reads {names}")
+        return v
 
     rows = np.zeros((graph.num_layers, SLOTS), dtype=np.int64)
     failed: dict[str, str] = {}
@@ -125,9 +146,24 @@ def build_program(
             ops=sorted({why.split(":")[0] for why in failed.values()}),
         )
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
-    outputs = [view(a) for a in pytree.tree_leaves(out_node.args[0])]
+    outputs = [view(a, tuple(BUFFER_DTYPES.values())) for a in pytree.tree_leaves(out_node.args[0])]
     keep.extend(bases.values())
     return TileProgram(rows, inputs, outputs, scratch, keep)
+
+
+def output_layers(gm: torch.fx.GraphModule, graph: TileGraph) -> set[int]:
+    """The layers (by index in ``graph``) whose buffers hold the graph's outputs, directly or through
+    views: they are read after the run, so their memory is never reused."""
+    index = {str(n): i for i, n in enumerate(graph.layer_names)}
+    out_node = next(n for n in gm.graph.nodes if n.op == "output")
+    found = set()
+    for leaf in pytree.tree_leaves(out_node.args[0]):
+        node = leaf
+        while isinstance(node, torch.fx.Node) and node.name not in index and node.all_input_nodes:
+            node = node.all_input_nodes[0]
+        if isinstance(node, torch.fx.Node) and node.name in index:
+            found.add(index[node.name])
+    return found
 
 
 def _float32(node: torch.fx.Node) -> None:
@@ -135,6 +171,19 @@ def _float32(node: torch.fx.Node) -> None:
     if not isinstance(val, torch.Tensor) or val.dtype != torch.float32:
         raise UnsupportedError(f"node {node.name}: the native tile kernels compute float32 tensors only, "
                                f"not {getattr(val, 'dtype', type(val).__name__)}")  # fmt: skip
+
+
+#: element types a graph input or a constant may have; kernels check what they read (``view(dtypes=...)``)
+BUFFER_DTYPES = {torch.float32: np.float32, torch.int64: np.int64, torch.int32: np.int32,
+                 torch.bool: np.bool_}  # fmt: skip
+
+
+def _input_dtype(node: torch.fx.Node) -> type:
+    dtype = getattr(_val(node), "dtype", None)
+    if dtype not in BUFFER_DTYPES:
+        raise UnsupportedError(f"node {node.name}: the native tile kernels read float32, int64, int32 and "
+                               f"bool inputs only, not {dtype}")  # fmt: skip
+    return BUFFER_DTYPES[dtype]
 
 
 def _resolve(
@@ -151,7 +200,7 @@ def _resolve(
     while node not in bases:
         if node.op == "get_attr":
             value = constant(gm, node)
-            if value is None or value.dtype != torch.float32:
+            if value is None or value.dtype not in BUFFER_DTYPES:
                 raise UnsupportedError(f"node {node.name}: constant of type {getattr(value, 'dtype', None)}")
             bases[node] = value.detach().contiguous().numpy()
             keep.append(bases[node])
@@ -180,11 +229,15 @@ def _resolve(
 
 def _replay(view: torch.fx.Node, source: torch.fx.Node, t: torch.Tensor) -> torch.Tensor:
     """Run one view op on the meta stand-in ``t`` of its source."""
+    if op_name(view) in IDENTITY_VIEWS:  # the same values: read the source as it lies
+        return t
     args = torch.fx.node.map_arg(view.args, lambda a: t if a is source else a)
     kwargs = torch.fx.node.map_arg(view.kwargs, lambda a: t if a is source else a)
     if any(isinstance(a, torch.fx.Node) for a in (*view.args, *view.kwargs.values()) if a is not source):
         raise UnsupportedError(f"view {view.name} reads another tensor")
     out = view.target(*args, **kwargs)
+    if isinstance(out, torch.Tensor) and out is not t and not out._is_view():
+        raise UnsupportedError(f"view {view.name} copies its input ({op_name(view)} of a strided tensor)")
     return out  # a split gives a tuple: the getitem after it picks the piece
 
 
@@ -192,8 +245,13 @@ def _describe(node: torch.fx.Node, row: np.ndarray, view: Any, keep: list, graph
     """Fill ``row`` for ``node``; returns the scratch floats one of its tiles needs."""
     name = op_name(node)
     args = bound_args(node)
+    from .tile_program_seq import describe_seq  # the transformer kernels; that module builds on this one
+
+    scratch = describe_seq(node, name, args, row, view, graph, i)
+    if scratch is not None:
+        return scratch
     if name in ("conv2d", "conv2d_act"):
-        return _conv(node, args, row, view, graph, i)
+        return _conv(node, args, row, view, graph, i, keep)
     if name in ("max_pool2d", "avg_pool2d"):
         _pool(name, args, row, view)
         return 0
@@ -222,7 +280,33 @@ def _contiguous(v: View, what: str) -> View:
     return v
 
 
-def _conv(node: torch.fx.Node, args: dict, row: np.ndarray, view: Any, graph: TileGraph, i: int) -> int:
+def pack_weights(w: np.ndarray, groups: int) -> np.ndarray | None:
+    """Convolution weights [O, C/groups, kh, kw] in the micro-kernels' panels: per group, its rows
+    padded with zeros to whole panels of PANEL_ROWS, each panel stored k-major ([K][PANEL_ROWS]).
+    None where a group has fewer rows than a panel (depthwise): those keep the sgemm path."""
+    out_channels = w.shape[0]
+    per_group = out_channels // groups
+    if per_group < PANEL_ROWS:
+        return None
+    k = int(np.prod(w.shape[1:]))
+    panels = -(-per_group // PANEL_ROWS)
+    padded = np.zeros((groups, panels * PANEL_ROWS, k), dtype=np.float32)
+    padded[:, :per_group] = w.reshape(groups, per_group, k)
+    return np.ascontiguousarray(padded.reshape(groups * panels, PANEL_ROWS, k).transpose(0, 2, 1))
+
+
+def _packed(weight: torch.fx.Node, w: View, groups: int) -> np.ndarray | None:
+    """The packed weights, made once per weight node and shared by every program of the graph."""
+    cached = weight.meta.get(PACKED_WEIGHTS)
+    if cached is None or cached[0] != groups:
+        cached = (groups, pack_weights(w.array(), groups))
+        weight.meta[PACKED_WEIGHTS] = cached
+    return cached[1]
+
+
+def _conv(
+    node: torch.fx.Node, args: dict, row: np.ndarray, view: Any, graph: TileGraph, i: int, keep: list
+) -> int:
     x = _contiguous(view(args["input"]), "input")
     w = _contiguous(view(args["weight"]), "weight")
     if len(x.shape) != 4 or isinstance(args["padding"], str):
@@ -239,6 +323,10 @@ def _conv(node: torch.fx.Node, args: dict, row: np.ndarray, view: Any, graph: Ti
     kh, kw = w.shape[2], w.shape[3]
     (sh, sw), (ph, pw), (dh, dw) = (as_ints(args[k], 2) for k in ("stride", "padding", "dilation"))
     row[S_KH : S_GROUPS + 1] = [kh, kw, sh, sw, ph, pw, dh, dw, int(args["groups"])]
+    packed = _packed(args["weight"], w, int(args["groups"]))
+    if packed is not None:
+        keep.append(packed)
+        row[S_WPACK] = packed.ctypes.data
     out = _shape(node)
     lo, hi = graph.layer_tile_start[i], graph.layer_tile_start[i + 1]
     if np.any(graph.tile_lo[lo:hi, 3] != 0) or np.any(graph.tile_hi[lo:hi, 3] != out[3]):

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import ctypes
 import importlib.machinery
+import os
 from pathlib import Path
 
 import numpy as np
 
-from ..errors import ExecutionError, MissingDependencyError
+from ..errors import ExecutionError, MissingDependencyError, UnsupportedError
 from ..transform.tile_graph import TileGraph
 
 #: op codes the native runtime dispatches on (see tile_runtime.c)
@@ -42,6 +43,7 @@ def _library() -> ctypes.CDLL:
         lib.pw_create.restype = ctypes.c_void_p
         lib.pw_create.argtypes = [ctypes.c_int32, _I32P, _I32P, _I32P, _I32P, _I32P, _I32P, ctypes.c_int]
         lib.pw_run.argtypes = [ctypes.c_void_p]
+        lib.pw_set_graph.argtypes = [ctypes.c_void_p, ctypes.c_int32, *[_I32P] * 6]
         lib.pw_set_workers.argtypes = [ctypes.c_void_p, ctypes.c_int]
         lib.pw_workers.argtypes = [ctypes.c_void_p]
         lib.pw_steals.restype = ctypes.c_long
@@ -58,24 +60,50 @@ def _library() -> ctypes.CDLL:
 
 
 _SGEMM: int | None = None
+_CORE: str = ""
+#: forces OpenBLAS's kernel family for the tile kernels (e.g. SkylakeX, Haswell); unset: OpenBLAS reads
+#: the CPU itself
+CORETYPE_ENV = "PATHWEAVE_OPENBLAS_CORETYPE"
 
 
 def sgemm_address() -> int:
     """``cblas_sgemm`` of OpenBLAS (the scipy-openblas32 wheel), loaded once and set to one thread: the
-    runtime's workers are the parallelism, each calls it on its own tiles."""
-    global _SGEMM
+    runtime's workers are the parallelism, each calls it on its own tiles.
+
+    OpenBLAS picks its kernels for the CPU when it is loaded, unless ``OPENBLAS_CORETYPE`` names a
+    family. Machines that set that variable globally (ours sets ``Haswell``, AVX2) would halve the
+    products on an AVX-512 CPU, while ONNX Runtime and oneDNN use AVX-512 there. So the variable is
+    hidden while this copy loads; ``PATHWEAVE_OPENBLAS_CORETYPE`` forces a family instead."""
+    global _SGEMM, _CORE
     if _SGEMM is None:
-        try:
+        saved = os.environ.pop("OPENBLAS_CORETYPE", None)
+        if os.environ.get(CORETYPE_ENV):
+            os.environ["OPENBLAS_CORETYPE"] = os.environ[CORETYPE_ENV]
+        try:  # importing the wheel already loads the library
             import scipy_openblas32
+
+            path = next(Path(scipy_openblas32.get_lib_dir()).glob("libscipy_openblas*.so*"))
+            lib = ctypes.CDLL(str(path))
         except ImportError as exc:
             raise MissingDependencyError(
                 "the tile kernels multiply matrices with OpenBLAS: pip install scipy-openblas32"
             ) from exc
-        lib = ctypes.CDLL(str(next(Path(scipy_openblas32.get_lib_dir()).glob("libscipy_openblas*.so*"))))
+        finally:
+            os.environ.pop("OPENBLAS_CORETYPE", None)
+            if saved is not None:
+                os.environ["OPENBLAS_CORETYPE"] = saved
         lib.scipy_openblas_set_num_threads(1)
+        lib.scipy_openblas_get_corename.restype = ctypes.c_char_p
+        _CORE = (lib.scipy_openblas_get_corename() or b"").decode()
         _SGEMM = int(ctypes.cast(lib.scipy_cblas_sgemm, ctypes.c_void_p).value or 0)
         _KEEP.append(lib)
     return _SGEMM
+
+
+def blas_core() -> str:
+    """The kernel family OpenBLAS chose for the tile kernels (loads it if needed), e.g. "SkylakeX"."""
+    sgemm_address()
+    return _CORE
 
 
 _KEEP: list[ctypes.CDLL] = []
@@ -102,6 +130,16 @@ def scale_columns(depth: np.ndarray) -> np.ndarray:
     """Depths (roots 0) onto the runtime's columns 0..63, in proportion to the deepest."""
     top = int(depth.max(initial=0)) + 1
     return (depth * MAX_COLUMNS // top).astype(np.int32)
+
+
+def _checked(*arrays: np.ndarray) -> tuple[np.ndarray, ...]:
+    """A graph's CSR arrays, op codes and columns as contiguous int32, its tiles checked to come in
+    topological order."""
+    p_ptr, p_idx = arrays[0], arrays[1]
+    child = np.repeat(np.arange(len(p_ptr) - 1, dtype=np.int64), np.diff(p_ptr))
+    if len(p_idx) and (p_idx >= child).any():
+        raise ExecutionError("tiles must come in topological order (every parent before its child)")
+    return tuple(np.ascontiguousarray(a, dtype=np.int32) for a in arrays)
 
 
 class TileRuntime:
@@ -135,20 +173,39 @@ class TileRuntime:
         cols: np.ndarray,
         workers: int,
     ) -> None:
-        n = len(p_ptr) - 1
-        child = np.repeat(np.arange(n, dtype=np.int64), np.diff(p_ptr))
-        if len(p_idx) and (p_idx >= child).any():
-            raise ExecutionError("tiles must come in topological order (every parent before its child)")
         self._lib = _library()
-        as32 = lambda a: np.ascontiguousarray(a, dtype=np.int32)  # noqa: E731
-        self.p_ptr, self.p_idx, self.c_ptr, self.c_idx = as32(p_ptr), as32(p_idx), as32(c_ptr), as32(c_idx)
-        self.ops, self.cols = as32(ops), as32(cols)
-        self.n = n
-        self._rt = self._lib.pw_create(n, self.p_ptr, self.p_idx, self.c_ptr, self.c_idx, self.ops, self.cols,
-                                       workers)  # fmt: skip
+        self._graph = _checked(p_ptr, p_idx, c_ptr, c_idx, ops, cols)
+        self._rt = self._lib.pw_create(self.n, *self._graph, workers)
         if not self._rt:
             raise ExecutionError("the native tile runtime could not allocate its state")
         self._test: tuple[np.ndarray, ...] = ()
+
+    @property
+    def n(self) -> int:
+        """Tiles in the current graph."""
+        return len(self._graph[0]) - 1
+
+    @property
+    def ops(self) -> np.ndarray:
+        """The current graph's op code per tile."""
+        return self._graph[4]
+
+    def set_graph(
+        self,
+        p_ptr: np.ndarray,
+        p_idx: np.ndarray,
+        c_ptr: np.ndarray,
+        c_idx: np.ndarray,
+        ops: np.ndarray,
+        cols: np.ndarray,
+    ) -> None:
+        """Another tile graph (CSR arrays, op codes, depth columns) for the next inferences, on the same
+        engines; call it between inferences from the thread that calls ``run``. A program set before
+        must be set again for the new graph's tiles (``set_program``)."""
+        graph = _checked(p_ptr, p_idx, c_ptr, c_idx, ops, cols)
+        if self._lib.pw_set_graph(self._rt, len(graph[0]) - 1, *graph):
+            raise ExecutionError(f"the native tile runtime could not grow to {len(graph[0]) - 1} tiles")
+        self._graph = graph  # the old arrays are released only once the C side no longer reads them
 
     @property
     def workers(self) -> int:
@@ -173,8 +230,12 @@ class TileRuntime:
                          np.ascontiguousarray(lo, np.int32), np.ascontiguousarray(hi, np.int32))  # fmt: skip
         self._lib.pw_set_program(self._rt, *self._program, int(scratch_floats), sgemm_address())
 
+    #: the tile whose kernel failed in the last inference (None when it succeeded)
+    failed_tile: int | None = None
+
     def run(self) -> None:
         err = self._lib.pw_run(self._rt)
+        self.failed_tile = err - 1 if err else None
         if err:
             raise ExecutionError(f"tile {err - 1} (op {self.ops[err - 1]}) failed in the native runtime")
 
@@ -193,3 +254,22 @@ class TileRuntime:
 
     def __del__(self) -> None:
         self.close()
+
+
+GEMM_ISAS = ("avx512", "avx2", "generic")
+
+
+def gemm_isa() -> str:
+    """The instruction set of the convolution micro-kernels on this CPU (``native/tile_gemm.c``)."""
+    lib = _library()
+    lib.pw_gemm_isa.restype = ctypes.c_char_p
+    return (lib.pw_gemm_isa() or b"").decode()
+
+
+def use_gemm_isa(isa: str) -> None:
+    """Run the convolution micro-kernels of ``isa`` from now on, in every runtime of this process (tests
+    of the paths the CPU would not pick)."""
+    if isa not in GEMM_ISAS:
+        raise ValueError(f"unknown micro-kernel set {isa!r}; known: {', '.join(GEMM_ISAS)}")
+    if _library().pw_gemm_force(isa.encode()):
+        raise UnsupportedError(f"this CPU cannot run the {isa} micro-kernels")

@@ -1,8 +1,8 @@
 """ASPEN on CPU end to end: strategy "tiles".
 
-The captured graph is rewritten for tile kernels (constants folded, batch norm folded into the
-convolutions, activations and residual adds fused into their epilogues), cut into a tile graph, given a
-kernel row per layer, and run by the native engines: one per worker thread, no barriers, the GIL
+The captured graph is rewritten for tile kernels (constants and size-only ops folded, batch norm folded
+into the convolutions, activations and residual adds fused into their epilogues), cut into a tile graph,
+given a kernel row per layer, and run by the native engines: one per worker thread, no barriers, the GIL
 released for the whole inference. At build time the result on the example inputs is compared with the
 rewritten graph run by PyTorch; a mismatch raises ``ExecutionError`` (nothing wrong is ever returned).
 """
@@ -18,10 +18,11 @@ import torch
 from ..capture.graph import Captured
 from ..compare import mismatch
 from ..errors import ExecutionError
-from ..transform import fold_bn, prune, run_pipeline, tile_fuse
+from ..transform import fold_bn, fold_sizes, prune, run_pipeline, tile_fuse, tile_fuse_matmul
 from ..transform.tile_graph import WORK_PER_TILE, TilesPerLayer, build_tile_graph
 from ..transform.tile_ops import plan_nodes
-from .tile_program import build_program
+from .tile_memory import DISTANCE, plan_buffers
+from .tile_program import TileProgram, build_program, output_layers
 from .tile_runtime import OP_LAYER, TileRuntime
 
 #: the tile kernels against PyTorch on the same rewritten graph: float sums in another order
@@ -38,14 +39,23 @@ class TilesStrategy:
         tiles_per_layer: TilesPerLayer = None,
         work_per_tile: float = WORK_PER_TILE,
         check: bool = True,
+        tile_scale: dict[str, float] | None = None,
+        buffer_distance: int | None = DISTANCE,
     ) -> None:
         self.captured = captured
         self.threads = threads or torch.get_num_threads()
         gm = copy.deepcopy(captured.gm)
-        self.passes = run_pipeline(gm, (prune, fold_bn, tile_fuse))
+        self.passes = run_pipeline(gm, (fold_sizes, prune, fold_bn, tile_fuse, tile_fuse_matmul))
         self.gm = gm
-        self.graph = build_tile_graph(gm, tiles_per_layer, work_per_tile=work_per_tile)
-        self.program = build_program(gm, self.graph, plan_nodes(gm))
+        self.tile_scale = dict(tile_scale or {})
+        self.graph = build_tile_graph(gm, tiles_per_layer, work_per_tile=work_per_tile, scale=self.tile_scale)
+        # one arena sized by liveness (None: a buffer per layer); the graph gains the edges that order
+        # each reuse after the reads of the old value
+        self.buffers = None
+        if buffer_distance is not None:
+            self.buffers = plan_buffers(self.graph, output_layers(gm, self.graph), buffer_distance)
+            self.graph = self.buffers.graph
+        self.program = self.new_program()
         ops = np.full(self.graph.num_tiles, OP_LAYER, dtype=np.int32)
         self.runtime = TileRuntime.from_graph(self.graph, ops, self.threads)
         g = self.graph
@@ -53,6 +63,12 @@ class TilesStrategy:
                                  self.program.scratch_floats)  # fmt: skip
         if check:
             self._check()
+
+    def new_program(self) -> TileProgram:
+        """Another program over the same tile graph and weights, with its own input and activation
+        buffers (co-execution runs several requests of one model at once, one program each)."""
+        offsets = self.buffers.offsets if self.buffers else None
+        return build_program(self.gm, self.graph, plan_nodes(self.gm), offsets)
 
     def _check(self) -> None:
         inputs = list(self.captured.example_inputs)

@@ -28,7 +28,7 @@ from ..analyze.ops import op_kind, op_name
 from ..capture.shapes import tensor_specs
 from ..errors import InputError, PlanError
 from .tile_grid import Grid, make_grid
-from .tile_ops import CONVERSIONS, ELEMENTWISE, MAX_DIMS, NodeMaps, RegionMap, plan_nodes, shape
+from .tile_ops import CONVERSIONS, ELEMENTWISE, MAX_DIMS, NodeMaps, RegionMap, bound_args, plan_nodes, shape
 
 TilesPerLayer = Callable[[torch.fx.Node], int] | dict[str, int] | int | None
 #: default work per tile: FLOPs plus BYTE_WORK per byte of activations read and written
@@ -36,6 +36,11 @@ WORK_PER_TILE = 4e6
 BYTE_WORK = 4
 #: the smallest matrix-product tile (``_min_piece``)
 GEMM_MIN_COLUMNS, GEMM_MIN_ROWS = 128, 64
+#: convolution channel tiles start on multiples of this (the micro-kernels' panel rows, tile_gemm.h)
+CHANNEL_ALIGN = 8
+#: the smallest linear / matmul tile: rows by output features (BERT's 128 x 768 x 768 on one core:
+#: ~120 GFLOP/s in tiles of 64 x 64, ~175 in tiles of 128 x 128)
+MATMUL_MIN_ROWS, MATMUL_MIN_FEATURES = 128, 128
 #: ops whose tiles line up one to one with those of their same-shaped producer by default
 ALIGNED = ELEMENTWISE | CONVERSIONS | {"batch_norm", "_native_batch_norm_legit_no_training"}
 
@@ -176,6 +181,7 @@ def build_tile_graph(
     *,
     work_per_tile: float = WORK_PER_TILE,
     large_gemm_tiles: bool = True,
+    scale: dict[str, float] | None = None,
 ) -> TileGraph:
     """The tile graph of an ATen graph (``pathweave.capture(...).gm``).
 
@@ -185,17 +191,19 @@ def build_tile_graph(
     and element-wise ops and batch norms take the count of their same-shaped producer so that their tiles
     line up one to one. ``make_grid`` turns a count into a grid (positions first, then channels); under
     the default policy convolution and matmul tiles stay large enough for an efficient matrix product
-    (``_min_piece``; ``large_gemm_tiles=False`` turns that off).
+    and layer norm and softmax tiles span the dims they reduce (``_min_piece``; ``large_gemm_tiles=False``
+    turns that off). ``scale`` multiplies the default count of the layers it names (the tuner's knob,
+    ``execute.tile_tune``); the smallest pieces still hold.
     Raises UnsupportedError naming every node without a range map.
     """
     plans = plan_nodes(gm)
     layers = [n for n, p in plans.items() if p.role == "layer"]
     index = {n: i for i, n in enumerate(layers)}
     inputs = [_inputs(node, plans, index) for node in layers]
-    counts = _tile_counts(layers, inputs, tiles_per_layer, work_per_tile)
+    counts = _tile_counts(layers, inputs, tiles_per_layer, work_per_tile, scale or {})
     # the default policy keeps matrix-product tiles large; counts asked for are taken as they are
     least = _min_piece if tiles_per_layer is None and large_gemm_tiles else (lambda n: None)
-    grids = [make_grid(shape(n), c, least(n)) for n, c in zip(layers, counts, strict=True)]
+    grids = [make_grid(shape(n), c, least(n), _align(n)) for n, c in zip(layers, counts, strict=True)]
     starts = np.concatenate([[0], np.cumsum([g.count for g in grids])]).astype(np.int64)
     if starts[-1] >= 2**31:
         raise InputError(f"{int(starts[-1])} tiles do not fit the int32 tile graph; ask for fewer")
@@ -225,23 +233,52 @@ def _inputs(
     return out
 
 
-def _min_piece(node: torch.fx.Node) -> tuple[int, ...] | None:
-    """The smallest piece along each dim that keeps a tile's matrix product efficient: a convolution
-    tile spans at least ``GEMM_MIN_COLUMNS`` positions and ``GEMM_MIN_ROWS`` channels, a linear or matmul
-    tile as many rows and features (on 2 cores OpenBLAS ran ResNet-50's 7x7 layers at 19 GFLOP/s in tiles
-    of one row, against ~90 for tiles of 128 positions)."""
+def _align(node: torch.fx.Node) -> tuple[int, ...] | None:
+    """Convolution channel tiles start on whole panels of the packed weights (``CHANNEL_ALIGN``)."""
     dims = shape(node)
-    kind = op_kind(op_name(node))
-    if kind == "conv" and len(dims) == 4:
-        return (1, GEMM_MIN_ROWS, math.ceil(GEMM_MIN_COLUMNS / max(dims[3], 1)), 1)
-    if kind == "matmul" and len(dims) >= 2:
-        return (*[1] * (len(dims) - 2), GEMM_MIN_ROWS, GEMM_MIN_ROWS)
+    if op_kind(op_name(node)) == "conv" and len(dims) == 4:
+        return (1, CHANNEL_ALIGN, 1, 1)
     return None
 
 
+def _min_piece(node: torch.fx.Node) -> tuple[int, ...] | None:
+    """The smallest piece along each dim that keeps a tile's matrix product efficient: a convolution
+    tile spans at least ``GEMM_MIN_COLUMNS`` positions and ``GEMM_MIN_ROWS`` channels (on 2 cores OpenBLAS
+    ran ResNet-50's 7x7 layers at 19 GFLOP/s in tiles of one row, against ~90 for tiles of 128
+    positions), a linear or matmul tile ``MATMUL_MIN_ROWS`` rows and ``MATMUL_MIN_FEATURES`` features."""
+    dims = shape(node)
+    kind = op_kind(op_name(node))
+    whole = _reduced_dims(node)
+    if whole:  # a tile of a layer norm or softmax computes its rows' statistics once: whole rows
+        return tuple(n if d in whole else 1 for d, n in enumerate(dims))
+    if kind == "conv" and len(dims) == 4:
+        return (1, GEMM_MIN_ROWS, math.ceil(GEMM_MIN_COLUMNS / max(dims[3], 1)), 1)
+    if kind == "matmul" and len(dims) >= 2:
+        return (*[1] * (len(dims) - 2), MATMUL_MIN_ROWS, MATMUL_MIN_FEATURES)
+    return None
+
+
+def _reduced_dims(node: torch.fx.Node) -> set[int]:
+    """The dims a layer norm normalises over or a softmax reduces (their range maps read them whole)."""
+    nd = len(shape(node))
+    name = op_name(node)
+    if name in ("layer_norm", "native_layer_norm"):
+        return set(range(nd - len(bound_args(node)["normalized_shape"]), nd))
+    if name in ("softmax", "_softmax", "log_softmax", "_log_softmax") and nd:
+        return {int(bound_args(node)["dim"]) % nd}
+    return set()
+
+
 def _tile_counts(
-    layers: list[torch.fx.Node], inputs: list[list[Input]], policy: TilesPerLayer, work_per_tile: float
+    layers: list[torch.fx.Node],
+    inputs: list[list[Input]],
+    policy: TilesPerLayer,
+    work_per_tile: float,
+    scale: dict[str, float],
 ) -> list[int]:
+    unscaled = sorted(set(scale) - {n.name for n in layers})
+    if unscaled:
+        raise InputError(f"scale names nodes that are not tiled layers: {', '.join(unscaled)}")
     if isinstance(policy, dict):
         unknown = sorted(set(policy) - {n.name for n in layers})
         if unknown:
@@ -259,6 +296,7 @@ def _tile_counts(
             count = policy[node.name]
         else:
             count = _default_count(node, inputs[i], layers, counts, work_per_tile)
+            count = max(1, round(count * scale.get(node.name, 1.0)))
         if not isinstance(count, (int, np.integer)) or isinstance(count, bool) or count < 1:
             raise InputError(f"tile count {count!r} for {node.format_node()}: it must be an int >= 1")
         counts.append(int(count))

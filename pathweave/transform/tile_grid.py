@@ -67,14 +67,29 @@ def max_tiles(shape: Sequence[int]) -> int:
     return math.prod(shape[d] for d in SPLIT_ORDER[len(shape)]) if shape else 1
 
 
-def make_grid(shape: Sequence[int], tiles: int, min_piece: Sequence[int] | None = None) -> Grid:
+def make_grid(
+    shape: Sequence[int],
+    tiles: int,
+    min_piece: Sequence[int] | None = None,
+    align: Sequence[int] | None = None,
+) -> Grid:
     """About ``tiles`` tiles (at least 1, at most ``max_tiles``): each dim of ``SPLIT_ORDER`` in turn
     takes as many pieces as are left to make, up to its size (over ``min_piece[d]``, the smallest piece
-    along it); the count left is then divided by it."""
+    along it); the count left is then divided by it. Inner boundaries along dim d fall on multiples of
+    ``align[d]`` where that leaves every piece non-empty (the convolution kernels compute output
+    channels in panels of 8)."""
     splits = [1] * len(shape)
     left = max(1, tiles)
     for d in SPLIT_ORDER[len(shape)]:
         most = shape[d] // min_piece[d] if min_piece else shape[d]
         splits[d] = max(1, min(most, left))
         left = max(1, round(left / splits[d]))
-    return Grid(tuple(tuple(i * n // k for i in range(k + 1)) for n, k in zip(shape, splits, strict=True)))
+    bounds = []
+    for d, (n, k) in enumerate(zip(shape, splits, strict=True)):
+        even = [i * n // k for i in range(k + 1)]
+        step = align[d] if align else 1
+        rounded = [0, *(round(b / step) * step for b in even[1:-1]), n]
+        bounds.append(
+            tuple(rounded) if step > 1 and all(a < b for a, b in itertools.pairwise(rounded)) else tuple(even)
+        )
+    return Grid(tuple(bounds))

@@ -104,17 +104,17 @@ def test_zoo_cnns_match_eager(name: str, zoo_cache, outputs_close) -> None:
 
 
 def test_layers_without_a_kernel_are_listed() -> None:
-    class Norms(torch.nn.Module):
+    class NoKernels(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
             self.fc = torch.nn.Linear(8, 8)
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return torch.softmax(F.layer_norm(self.fc(x), (8,)), dim=-1)
+            return torch.log_softmax(torch.sigmoid(self.fc(x)), dim=-1)
 
     with pytest.raises(UnsupportedError, match="no native tile kernel") as err:
-        TilesStrategy(pathweave.capture(Norms().eval(), torch.randn(4, 8)))
-    assert {"layer_norm", "softmax"} <= set(err.value.ops)
+        TilesStrategy(pathweave.capture(NoKernels().eval(), torch.randn(4, 8)))
+    assert {"sigmoid", "log_softmax"} <= set(err.value.ops)
 
 
 def test_no_stale_im2col_across_inferences(outputs_close) -> None:
@@ -126,4 +126,44 @@ def test_no_stale_im2col_across_inferences(outputs_close) -> None:
         x = torch.randn(1, 4, 6, 6, generator=torch.Generator().manual_seed(seed))
         with torch.no_grad():
             outputs_close(strat(x), conv(x), rtol=1e-4, atol_scale=1e-5)
+    strat.close()
+
+
+class _Pool(torch.nn.Module):
+    def __init__(self, kind: str, **kw: object) -> None:
+        super().__init__()
+        self.kind, self.kw = kind, kw
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        pool = F.max_pool2d if self.kind == "max" else F.avg_pool2d
+        return pool(torch.relu(x) - 0.5, **self.kw)  # relu: the pool reads a layer's buffer
+
+
+POOLS = [
+    ("max", dict(kernel_size=3, stride=2, padding=1)),  # ResNet's stem
+    ("max", dict(kernel_size=3, stride=1, padding=1)),
+    ("max", dict(kernel_size=3, stride=2, ceil_mode=True)),  # GoogLeNet's
+    ("max", dict(kernel_size=(2, 3), stride=(1, 2), padding=(1, 1), ceil_mode=True)),
+    ("max", dict(kernel_size=3, stride=2, padding=1, dilation=2)),  # not separable: the general loop
+    ("avg", dict(kernel_size=3, stride=1, padding=1, count_include_pad=False)),
+    ("avg", dict(kernel_size=3, stride=2, padding=1, ceil_mode=True)),
+    ("avg", dict(kernel_size=(3, 2), stride=(2, 1), padding=(1, 0), divisor_override=5)),
+    ("avg", dict(kernel_size=5, stride=3, padding=2, ceil_mode=True, count_include_pad=False)),
+]
+
+
+@pytest.mark.parametrize(("kind", "kw"), POOLS)
+@pytest.mark.parametrize("width", [17, 4200])  # 4200: wider than the separable path's row buffer
+def test_pooling_matches_eager(kind: str, kw: dict, width: int, outputs_close) -> None:
+    model = _Pool(kind, **kw).eval()
+    height = 11 if width < 100 else 3
+    x = torch.randn(2, 3, height, width)
+    strat = TilesStrategy(pathweave.capture(model, x), threads=2, work_per_tile=2e3)
+    for seed in range(2):
+        x = torch.randn(2, 3, height, width, generator=torch.Generator().manual_seed(seed))
+        outputs_close(strat(x), model(x), rtol=1e-5, atol_scale=1e-6)
+    if kind == "max":  # a NaN anywhere in a window is that window's max, as in torch
+        x[0, 1, 1, 3] = float("nan")
+        got, want = strat(x), model(x)
+        assert torch.equal(got.isnan(), want.isnan()) and bool(want.isnan().any())
     strat.close()

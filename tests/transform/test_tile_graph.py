@@ -221,6 +221,12 @@ def test_tile_counts_by_policy(tiny: torch.fx.GraphModule) -> None:
         build_tile_graph(tiny, lambda node: 0)
 
 
+def test_make_grid_aligns_inner_boundaries_where_it_can() -> None:
+    assert make_grid((1, 512, 1, 1), 6).bounds[1] == (0, 85, 170, 256, 341, 426, 512)
+    assert make_grid((1, 512, 1, 1), 6, align=(1, 8, 1, 1)).bounds[1] == (0, 88, 168, 256, 344, 424, 512)
+    assert make_grid((1, 12, 1, 1), 3, align=(1, 8, 1, 1)).bounds[1] == (0, 4, 8, 12)  # 8 would empty a piece
+
+
 def test_make_grid_splits_positions_first() -> None:
     assert make_grid((1, 64, 56, 56), 100).splits == (1, 2, 56, 1)
     assert make_grid((1, 64, 56, 56), 7).bounds[2] == (0, 8, 16, 24, 32, 40, 48, 56)

@@ -1,14 +1,25 @@
 /* Layer kernels of the tile runtime (see tile_kernels.h). The matrix products go to the sgemm passed
  * in (OpenBLAS, single-threaded: the runtime's workers are the parallelism); everything around them
  * (im2col, epilogues, pooling, element-wise, copies) is plain C that the compiler vectorises. */
+#define _POSIX_C_SOURCE 199309L /* clock_gettime */
 #include "tile_kernels.h"
+#include "tile_gemm.h"
+#include "tile_kernels_seq.h"
 
 #include <math.h>
 #include <string.h>
+#include <time.h>
 
 #define CBLAS_ROW_MAJOR 101
 #define CBLAS_NO_TRANS 111
 #define CBLAS_TRANS 112
+
+/* hot loops are compiled for AVX-512, AVX2+FMA and baseline x86-64; the loader picks one per CPU */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define PW_HOT __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define PW_HOT
+#endif
 
 static inline const float *ptr_f(int64_t v) { return (const float *)(intptr_t)v; }
 static inline float *ptr_w(int64_t v) { return (float *)(intptr_t)v; }
@@ -20,7 +31,7 @@ static inline double as_double(int64_t v) {
 
 /* The activation over n values in place, one loop per kind so that each vectorises (a switch inside
  * the loop made the residual epilogue 4x slower than the GEMM before it). */
-static void activate(float *d, int64_t n, int act) {
+static inline void activate(float *d, int64_t n, int act) {
     switch (act) {
     case PW_ACT_RELU:
         for (int64_t i = 0; i < n; i++) d[i] = d[i] > 0.0f ? d[i] : (d[i] != d[i] ? d[i] : 0.0f); /* NaN stays */
@@ -40,7 +51,7 @@ static void activate(float *d, int64_t n, int act) {
 
 /* col[(c * kh + i) * kw + j][p] for output rows [oh0, oh1) and all OW columns of image n, input
  * channels [c0, c0 + cg). */
-static void im2col(const float *x, const int64_t *L, int64_t c0, int64_t cg, int64_t oh0, int64_t oh1,
+PW_HOT static void im2col(const float *x, const int64_t *L, int64_t c0, int64_t cg, int64_t oh0, int64_t oh1,
                    float *col) {
     const int64_t H = L[S_XSHAPE + 2], W = L[S_XSHAPE + 3], OW = L[S_OSHAPE + 3];
     const int64_t kh = L[S_KH], kw = L[S_KW], sh = L[S_SH], sw = L[S_SW];
@@ -68,11 +79,13 @@ static void im2col(const float *x, const int64_t *L, int64_t c0, int64_t cg, int
                         memset(dst, 0, sizeof(float) * a);
                         memcpy(dst + a, src + a + off, sizeof(float) * (b - a));
                         memset(dst + b, 0, sizeof(float) * (OW - b));
-                    } else {
-                        for (int64_t ow = 0; ow < OW; ow++) {
-                            const int64_t iw = ow * sw + off;
-                            dst[ow] = (iw >= 0 && iw < W) ? src[iw] : 0.0f;
-                        }
+                    } else { /* ow in [a, b) reads inside the row: no test in that loop */
+                        int64_t a = off < 0 ? (-off + sw - 1) / sw : 0;
+                        int64_t b = W - off > 0 ? (W - off + sw - 1) / sw : 0;
+                        b = b < OW ? b : OW, a = a < b ? a : b;
+                        for (int64_t ow = 0; ow < a; ow++) dst[ow] = 0.0f;
+                        for (int64_t ow = a; ow < b; ow++) dst[ow] = src[ow * sw + off];
+                        for (int64_t ow = b; ow < OW; ow++) dst[ow] = 0.0f;
                     }
                 }
             }
@@ -82,7 +95,7 @@ static void im2col(const float *x, const int64_t *L, int64_t c0, int64_t cg, int
 
 /* out[o][p] += bias[o] (+ residual), then the activation, over channels [o0, o1) and positions
  * [p0, p1) of one image; out and res point at that image, rows of length HW. */
-static void epilogue(float *out, const float *res, const float *bias, int64_t o0, int64_t o1, int64_t p0,
+PW_HOT static void epilogue(float *out, const float *res, const float *bias, int64_t o0, int64_t o1, int64_t p0,
                      int64_t p1, int64_t HW, int act) {
     for (int64_t o = o0; o < o1; o++) {
         float *d = out + o * HW + p0;
@@ -109,9 +122,12 @@ static int conv_tile(const int64_t *L, const int32_t *lo, const int32_t *hi, flo
     const int64_t oh0 = lo[2], oh1 = hi[2], P = (oh1 - oh0) * OW;
     if (lo[3] != 0 || hi[3] != OW) return 1; /* tiles span whole output rows */
     const int pointwise = (int)L[S_POINTWISE];
+    const float *wpack = ptr_f(L[S_WPACK]);
+    const int64_t panels = (og + PW_MR - 1) / PW_MR; /* per group */
     for (int64_t n = lo[0]; n < hi[0]; n++) {
         const float *xn = x + n * C * H * W;
         float *on = out + n * O * OH * OW;
+        const float *rn = res ? res + n * O * OH * OW : NULL;
         for (int64_t g = lo[1] / og; g * og < hi[1]; g++) {
             const int64_t o0 = lo[1] > g * og ? lo[1] : g * og;
             const int64_t o1 = hi[1] < (g + 1) * og ? hi[1] : (g + 1) * og;
@@ -131,18 +147,84 @@ static int conv_tile(const int64_t *L, const int32_t *lo, const int32_t *hi, flo
                 }
                 b = col, ldb = P;
             }
+            float *c = on + o0 * OH * OW + oh0 * OW;
+            if (wpack) { /* the packed micro-kernels, epilogue included */
+                const int64_t r = o0 - g * og; /* row in the group */
+                pw_gemm_packed(o1 - o0, P, K, wpack + (g * panels + r / PW_MR) * K * PW_MR, r % PW_MR, b, ldb, c,
+                               OH * OW, bias ? bias + o0 : NULL, rn ? rn + o0 * OH * OW + oh0 * OW : NULL,
+                               (int)L[S_ACT]);
+                continue;
+            }
             sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_NO_TRANS, (int)(o1 - o0), (int)P, (int)K, 1.0f,
-                  w + o0 * K, (int)K, b, (int)ldb, 0.0f, on + o0 * OH * OW + oh0 * OW, (int)(OH * OW));
+                  w + o0 * K, (int)K, b, (int)ldb, 0.0f, c, (int)(OH * OW));
         }
-        epilogue(on, res ? res + n * O * OH * OW : NULL, bias, lo[1], hi[1], oh0 * OW, oh1 * OW, OH * OW,
-                 (int)L[S_ACT]);
+        if (!wpack) epilogue(on, rn, bias, lo[1], hi[1], oh0 * OW, oh1 * OW, OH * OW, (int)L[S_ACT]);
+        else if (L[S_ACT] != PW_ACT_NONE && L[S_ACT] != PW_ACT_RELU) /* the rest after the store */
+            epilogue(on, NULL, NULL, lo[1], hi[1], oh0 * OW, oh1 * OW, OH * OW, (int)L[S_ACT]);
     }
     return 0;
 }
 
 /* ---- pooling ------------------------------------------------------------------------------------ */
 
-static int pool_tile(const int64_t *L, const int32_t *lo, const int32_t *hi, int is_max) {
+/* the widest padded input row the separable pooling path takes (floats on the worker's stack) */
+#define PW_POOL_ROW 4096
+
+static inline float max_nan(float acc, float v) { return (v > acc || v != v) ? v : acc; } /* NaN wins */
+
+/* Pooling without dilation, separably: the window's rows are combined element-wise into one padded row
+ * (contiguous, vectorised), then each output takes the max or sum of kw neighbours of that row. Padding
+ * is -inf for max and 0 for sums, so neither loop branches; the avg divisor is torch's rule. */
+PW_HOT static void pool_separable(const float *xc, float *oc, const int64_t *L, int64_t oh_lo, int64_t oh_hi,
+                                  int64_t ow_lo, int64_t ow_hi, int is_max, float *row) {
+    const int64_t H = L[S_XSHAPE + 2], W = L[S_XSHAPE + 3], OW = L[S_OSHAPE + 3];
+    const int64_t kh = L[S_KH], kw = L[S_KW], sh = L[S_SH], sw = L[S_SW], ph = L[S_PH], pw = L[S_PW];
+    const int64_t count_pad = L[S_COUNT_PAD], divisor = L[S_DIVISOR];
+    const int64_t span = (ow_hi - 1) * sw + kw; /* padded row positions the outputs read */
+    const float fill = is_max ? -INFINITY : 0.0f;
+    for (int64_t oh = oh_lo; oh < oh_hi; oh++) {
+        const int64_t hs = oh * sh - ph;
+        const int64_t h0 = hs > 0 ? hs : 0, h1 = hs + kh < H ? hs + kh : H;
+        for (int64_t q = 0; q < span; q++) row[q] = fill;
+        float *mid = row + pw; /* mid[iw] is input column iw */
+        const int64_t wend = W < span - pw ? W : span - pw;
+        if (h0 < h1) {
+            const float *x0 = xc + h0 * W;
+            for (int64_t iw = 0; iw < wend; iw++) mid[iw] = x0[iw];
+        }
+        for (int64_t ih = h0 + 1; ih < h1; ih++) {
+            const float *xr = xc + ih * W;
+            if (is_max)
+                for (int64_t iw = 0; iw < wend; iw++) mid[iw] = max_nan(mid[iw], xr[iw]);
+            else
+                for (int64_t iw = 0; iw < wend; iw++) mid[iw] += xr[iw];
+        }
+        float *d = oc + oh * OW;
+        if (is_max) {
+            for (int64_t ow = ow_lo; ow < ow_hi; ow++) {
+                const float *r = row + ow * sw;
+                float acc = r[0];
+                for (int64_t j = 1; j < kw; j++) acc = max_nan(acc, r[j]);
+                d[ow] = acc;
+            }
+            continue;
+        }
+        const int64_t he = hs + kh < H + ph ? hs + kh : H + ph;
+        for (int64_t ow = ow_lo; ow < ow_hi; ow++) {
+            const int64_t ws = ow * sw - pw;
+            const float *r = row + ow * sw;
+            float acc = 0.0f;
+            for (int64_t j = 0; j < kw; j++) acc += r[j];
+            const int64_t we = ws + kw < W + pw ? ws + kw : W + pw;
+            const int64_t w0 = ws > 0 ? ws : 0, w1 = we < W ? we : W;
+            const int64_t div = divisor ? divisor
+                                        : (count_pad ? (he - hs) * (we - ws) : (h1 - h0) * (w1 - w0));
+            d[ow] = acc / (float)div;
+        }
+    }
+}
+
+PW_HOT static int pool_tile(const int64_t *L, const int32_t *lo, const int32_t *hi, int is_max) {
     const float *x = ptr_f(L[S_X]);
     float *out = ptr_w(L[S_OUT]);
     const int64_t C = L[S_XSHAPE + 1], H = L[S_XSHAPE + 2], W = L[S_XSHAPE + 3];
@@ -151,6 +233,15 @@ static int pool_tile(const int64_t *L, const int32_t *lo, const int32_t *hi, int
     const int64_t ph = L[S_PH], pw = L[S_PW], dh = L[S_DH], dw = L[S_DW];
     const int64_t count_pad = L[S_COUNT_PAD], divisor = L[S_DIVISOR];
     if (O != C) return 1;
+    const int64_t span = (hi[3] - 1) * sw + kw;
+    if (dh == 1 && dw == 1 && span <= PW_POOL_ROW && pw + W <= PW_POOL_ROW && hi[3] > lo[3]) {
+        float row[PW_POOL_ROW + 16];
+        for (int64_t n = lo[0]; n < hi[0]; n++)
+            for (int64_t c = lo[1]; c < hi[1]; c++)
+                pool_separable(x + (n * C + c) * H * W, out + (n * C + c) * OH * OW, L, lo[2], hi[2], lo[3], hi[3],
+                               is_max, row);
+        return 0;
+    }
     for (int64_t n = lo[0]; n < hi[0]; n++)
         for (int64_t c = lo[1]; c < hi[1]; c++) {
             const float *xc = x + (n * C + c) * H * W;
@@ -192,7 +283,7 @@ static int pool_tile(const int64_t *L, const int32_t *lo, const int32_t *hi, int
     return 0;
 }
 
-static int adaptive_tile(const int64_t *L, const int32_t *lo, const int32_t *hi) {
+PW_HOT static int adaptive_tile(const int64_t *L, const int32_t *lo, const int32_t *hi) {
     const float *x = ptr_f(L[S_X]);
     float *out = ptr_w(L[S_OUT]);
     const int64_t C = L[S_XSHAPE + 1], H = L[S_XSHAPE + 2], W = L[S_XSHAPE + 3];
@@ -218,7 +309,7 @@ static int adaptive_tile(const int64_t *L, const int32_t *lo, const int32_t *hi)
 
 /* out[..., rows, o] = x[..., rows, :] @ w[o, :]^T + bias[o], act. Output dims: the last is the feature,
  * the one before it the rows of one GEMM, the ones before that (up to two) are looped over. */
-static int linear_tile(const int64_t *L, const int32_t *lo, const int32_t *hi, pw_sgemm_fn sgemm) {
+PW_HOT static int linear_tile(const int64_t *L, const int32_t *lo, const int32_t *hi, pw_sgemm_fn sgemm) {
     const float *x = ptr_f(L[S_X]), *w = ptr_f(L[S_W]), *bias = ptr_f(L[S_BIAS]);
     float *out = ptr_w(L[S_OUT]);
     const int64_t nd = L[S_GROUPS]; /* rank of the output, 2..4 */
@@ -270,7 +361,7 @@ static void binary_row(float *d, const float *xr, int64_t sx, const float *yr, i
     }
 }
 
-static int ewise_tile(const int64_t *L, const int32_t *lo, const int32_t *hi) {
+PW_HOT static int ewise_tile(const int64_t *L, const int32_t *lo, const int32_t *hi) {
     const float *x = ptr_f(L[S_X]), *y = ptr_f(L[S_Y]);
     float *out = ptr_w(L[S_OUT]);
     const int64_t *os = L + S_OSHAPE, *xs = L + S_XSTRIDE, *ys = L + S_YSTRIDE;
@@ -290,7 +381,7 @@ static int ewise_tile(const int64_t *L, const int32_t *lo, const int32_t *hi) {
 }
 
 /* aux records: (address, offset along dim S_GROUPS, size along it, stride0..3) per input */
-static int cat_tile(const int64_t *L, const int32_t *lo, const int32_t *hi) {
+PW_HOT static int cat_tile(const int64_t *L, const int32_t *lo, const int32_t *hi) {
     const int64_t *aux = (const int64_t *)(intptr_t)L[S_AUX];
     float *out = ptr_w(L[S_OUT]);
     const int64_t *os = L + S_OSHAPE;
@@ -320,8 +411,8 @@ static int cat_tile(const int64_t *L, const int32_t *lo, const int32_t *hi) {
     return 0;
 }
 
-int pw_tile_kernel(const int64_t *layer, const int32_t *lo, const int32_t *hi, float *scratch,
-                   pw_sgemm_fn sgemm, int64_t stamp) {
+static int dispatch(const int64_t *layer, const int32_t *lo, const int32_t *hi, float *scratch,
+                    pw_sgemm_fn sgemm, int64_t stamp) {
     switch (layer[S_OP]) {
     case PW_K_CONV: return sgemm ? conv_tile(layer, lo, hi, scratch, sgemm, stamp) : 2;
     case PW_K_MAXPOOL: return pool_tile(layer, lo, hi, 1);
@@ -330,6 +421,31 @@ int pw_tile_kernel(const int64_t *layer, const int32_t *lo, const int32_t *hi, f
     case PW_K_LINEAR: return sgemm ? linear_tile(layer, lo, hi, sgemm) : 2;
     case PW_K_EWISE: return ewise_tile(layer, lo, hi);
     case PW_K_CAT: return cat_tile(layer, lo, hi);
+    case PW_K_EMBEDDING: return pw_embedding_tile(layer, lo, hi);
+    case PW_K_LAYERNORM: return pw_layernorm_tile(layer, lo, hi);
+    case PW_K_SOFTMAX: return pw_softmax_tile(layer, lo, hi);
+    case PW_K_MAP: return pw_map_tile(layer, lo, hi);
+    case PW_K_MATMUL: return sgemm ? pw_matmul_tile(layer, lo, hi, scratch, sgemm) : 2;
+    case PW_K_WHERE: return pw_where_tile(layer, lo, hi);
+    case PW_K_CONVERT: return pw_convert_tile(layer, lo, hi);
+    case PW_K_COPY: return pw_copy_tile(layer, lo, hi);
     default: return 1;
     }
+}
+
+static inline int64_t now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+int pw_tile_kernel(const int64_t *layer, const int32_t *lo, const int32_t *hi, float *scratch,
+                   pw_sgemm_fn sgemm, int64_t stamp) {
+    int64_t *profile = (int64_t *)(intptr_t)layer[S_PROFILE];
+    if (!profile) return dispatch(layer, lo, hi, scratch, sgemm, stamp);
+    const int64_t t0 = now_ns();
+    const int rc = dispatch(layer, lo, hi, scratch, sgemm, stamp);
+    __atomic_fetch_add(&profile[0], now_ns() - t0, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&profile[1], 1, __ATOMIC_RELAXED);
+    return rc;
 }

@@ -22,7 +22,16 @@ enum {
     PW_K_ADAPTIVE = 4, /* adaptive_avg_pool2d */
     PW_K_LINEAR = 5,   /* linear (+bias, +act): GEMM with the weight transposed */
     PW_K_EWISE = 6,    /* element-wise: act(x op y), y a broadcast tensor or a scalar */
-    PW_K_CAT = 7       /* concatenation: copies from the inputs listed in an aux array */
+    PW_K_CAT = 7,      /* concatenation: copies from the inputs listed in an aux array */
+    /* transformer kernels (tile_kernels_seq.c; their slots in tile_kernels_seq.h), numbered apart */
+    PW_K_EMBEDDING = 32, /* gather table rows by int64/int32 indices */
+    PW_K_LAYERNORM = 33, /* layer norm over the last dim */
+    PW_K_SOFTMAX = 34,   /* softmax over the last dim */
+    PW_K_MAP = 35,       /* unary activation of a strided tensor (GELU in both forms, relu, tanh) */
+    PW_K_MATMUL = 36,    /* batched matmul / addmm on strided views (+bias, +act), sgemm per batch */
+    PW_K_WHERE = 37,     /* where / masked_fill with a bool condition */
+    PW_K_CONVERT = 38,   /* int64 / int32 / bool / float32 to float32 */
+    PW_K_COPY = 39       /* a reshape that copies (flatten of a transposed tensor) */
 };
 
 /* epilogue activations (slot S_ACT) */
@@ -42,7 +51,9 @@ enum {
     S_KH = 28, S_KW, S_SH, S_SW, S_PH, S_PW, S_DH, S_DW, S_GROUPS, /* conv and pool windows */
     S_POINTWISE = 37, /* conv: 1x1 stride 1 on the input as it lies, no im2col (decided in Python) */
     S_COUNT_PAD = 38, S_DIVISOR = 39,
-    S_AUX = 40, S_NAUX = 41 /* cat: address and count of (addr, offset, size, stride0..3) records */
+    S_AUX = 40, S_NAUX = 41, /* cat: address and count of (addr, offset, size, stride0..3) records */
+    S_WPACK = 42, /* conv: 0, or the weights packed in panels per group (tile_gemm.h), used instead of sgemm */
+    S_PROFILE = 47 /* 0, or the address of int64 [ns, tiles] the kernel adds each tile's time to */
 };
 
 /* cblas_sgemm's signature (row-major, no-trans/trans as CBLAS enum values) */

@@ -1,0 +1,31 @@
+/* Matrix products of convolution tiles with weights packed once, at program build time.
+ *
+ * C[r][p] = sum_k W[r][k] * B[k][p] for rows r of one tile (output channels) and columns p (output
+ * positions), B read where it lies (an im2col buffer, or the input itself for a 1x1 convolution) with
+ * row stride ldb, C and the residual with row stride ldc. Nothing of B is copied: OpenBLAS re-packs B
+ * on every call, which on tiles of 64 channels cost as much as the product.
+ *
+ * Packed weights: panels of PW_MR rows, each stored k-major ([K][PW_MR], rows past the end zero), so a
+ * micro-kernel reads the PW_MR weights of one k as one short contiguous run. The epilogue (bias,
+ * residual, ReLU) is applied in registers before the only store of the result.
+ */
+#ifndef PW_TILE_GEMM_H
+#define PW_TILE_GEMM_H
+
+#include <stdint.h>
+
+#define PW_MR 8
+
+/* rows: C rows to compute; row_skip: where the first one sits in the first panel (0..PW_MR-1); wp: that
+ * panel. bias (per row, from the first row), res (as C) may be NULL; act: PW_ACT_* (ReLU in registers,
+ * the others after the store). */
+void pw_gemm_packed(int64_t rows, int64_t cols, int64_t K, const float *wp, int64_t row_skip, const float *b,
+                    int64_t ldb, float *c, int64_t ldc, const float *bias, const float *res, int act);
+
+/* which kernel pw_gemm_packed runs on this CPU: "avx512", "avx2" or "generic" */
+const char *pw_gemm_isa(void);
+
+/* use the kernel of "avx512", "avx2" or "generic" from now on (tests); 1 if this CPU lacks it */
+int pw_gemm_force(const char *isa);
+
+#endif

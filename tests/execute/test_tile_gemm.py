@@ -1,0 +1,103 @@
+"""The convolution micro-kernels (native/tile_gemm.c) against numpy, for every instruction set this CPU
+has: weight packing, rows starting inside a panel, column tails, k and column blocks, the fused
+bias / residual / ReLU epilogue; and the OpenBLAS loader's choice of kernels."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from pathweave.errors import UnsupportedError
+from pathweave.execute import tile_runtime
+from pathweave.execute.tile_program import PANEL_ROWS, pack_weights
+
+_I64, _P = ctypes.c_int64, ctypes.c_void_p
+
+
+def _gemm(wp: np.ndarray, rows: int, row_skip: int, panel: int, b: np.ndarray, c: np.ndarray,
+          bias: np.ndarray | None, res: np.ndarray | None, act: int) -> None:  # fmt: skip
+    lib = tile_runtime._library()
+    lib.pw_gemm_packed.argtypes = [_I64, _I64, _I64, _P, _I64, _P, _I64, _P, _I64, _P, _P, ctypes.c_int]
+    k, cols = b.shape
+    lib.pw_gemm_packed(rows, cols, k, wp.ctypes.data + 4 * panel * k * PANEL_ROWS, row_skip, b.ctypes.data,
+                       cols, c.ctypes.data, c.shape[1], None if bias is None else bias.ctypes.data,
+                       None if res is None else res.ctypes.data, act)  # fmt: skip
+
+
+@pytest.fixture(params=tile_runtime.GEMM_ISAS)
+def isa(request: pytest.FixtureRequest):
+    chosen = tile_runtime.gemm_isa()
+    try:
+        tile_runtime.use_gemm_isa(request.param)
+    except UnsupportedError:
+        pytest.skip(f"this CPU has no {request.param}")
+    yield request.param
+    tile_runtime.use_gemm_isa(chosen)
+
+
+@pytest.mark.parametrize(("out", "k", "cols", "first", "count"), [
+    (8, 3, 1, 0, 8),  # one panel, one column
+    (21, 37, 50, 3, 11),  # rows start and end inside panels, a tail of 2 columns
+    (64, 800, 13, 16, 40),  # k in three blocks
+    (16, 20, 517, 0, 16),  # columns in three blocks, tail of 5
+    (40, 9, 48, 33, 7),  # the last panel only, padded rows
+])  # fmt: skip
+def test_packed_product_with_epilogue_matches_numpy(isa: str, out: int, k: int, cols: int, first: int,
+                                                    count: int) -> None:  # fmt: skip
+    rng = np.random.default_rng(out * k + cols)
+    w = rng.standard_normal((out, k)).astype(np.float32)
+    b = rng.standard_normal((k, cols)).astype(np.float32)
+    bias = rng.standard_normal(out).astype(np.float32)
+    res = rng.standard_normal((out, cols)).astype(np.float32)
+    b[0, cols // 2] = np.nan  # a NaN reaches one column of every row, through the ReLU too
+    wp = pack_weights(w.reshape(out, k, 1, 1), 1)
+    assert wp is not None and wp.shape == (-(-out // PANEL_ROWS), k, PANEL_ROWS)
+    for act, with_bias in ((0, False), (1, True)):
+        c = np.full((count, cols), 7.0, dtype=np.float32)
+        _gemm(wp, count, first % PANEL_ROWS, first // PANEL_ROWS, b, c,
+              bias[first:] if with_bias else None, res[first:] if with_bias else None, act)  # fmt: skip
+        want = w[first : first + count].astype(np.float64) @ b
+        if with_bias:
+            want += bias[first : first + count, None] + res[first : first + count]
+        if act == 1:
+            want = np.where(np.isnan(want), want, np.maximum(want, 0.0))
+        np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-4 * np.sqrt(k))
+
+
+def test_depthwise_weights_are_not_packed() -> None:
+    w = np.ones((32, 1, 3, 3), dtype=np.float32)
+    assert pack_weights(w, 32) is None  # one row per group: the sgemm path
+    grouped = pack_weights(np.arange(2 * 9 * 4 * 1, dtype=np.float32).reshape(18, 4, 1, 1), 2)
+    assert grouped is not None and grouped.shape == (4, 4, PANEL_ROWS)  # two groups of 9 rows, 2 panels each
+    np.testing.assert_array_equal(grouped[1, :, 0], np.arange(32, 36))  # group 0, row 8: the second panel
+    np.testing.assert_array_equal(grouped[1, :, 1:], 0)  # its padding rows
+    np.testing.assert_array_equal(grouped[2, :, 0], np.arange(36, 40))  # group 1 starts a new panel
+
+
+def test_unknown_instruction_set_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown micro-kernel set"):
+        tile_runtime.use_gemm_isa("sse9")
+
+
+_CORE = (
+    "from pathweave.execute import tile_runtime as t; import os; "
+    "print(t.blas_core(), os.environ.get('OPENBLAS_CORETYPE'))"
+)
+
+
+def _core(env: dict[str, str]) -> list[str]:
+    base = {k: v for k, v in os.environ.items() if "OPENBLAS_CORETYPE" not in k}
+    run = subprocess.run([sys.executable, "-c", _CORE], env={**base, **env}, capture_output=True, text=True,
+                         check=True)  # fmt: skip
+    return run.stdout.split()
+
+
+def test_openblas_picks_its_kernels_for_this_cpu_whatever_the_environment_says() -> None:
+    own = _core({})
+    assert _core({"OPENBLAS_CORETYPE": "Nehalem"}) == [own[0], "Nehalem"]  # hidden while loading, restored
+    assert _core({"PATHWEAVE_OPENBLAS_CORETYPE": "Nehalem"})[0] == "Nehalem"  # the override is honoured
