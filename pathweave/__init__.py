@@ -6,6 +6,8 @@ Quick start::
     stats = pathweave.analyze(model, x)          # work, critical path, parallelism
     fast = pathweave.optimize(model, x)          # a callable with the model's outputs
     y = fast(x)
+    with pathweave.CoExecutor() as co:           # requests of tiles strategies run together
+        y = co.submit(pathweave.optimize(model, x, strategy="tiles"), x).result()
 
 Importing pathweave does nothing but define names; submodules load on first use.
 """
@@ -22,6 +24,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "load_model": "pathweave.zoo.load",
     "STRATEGIES": "pathweave.api",
+    "CoExecutor": "pathweave.execute.coexec",
     "PathweaveError": "pathweave.errors",
     "InputError": "pathweave.errors",
     "UnknownModelError": "pathweave.errors",
@@ -35,6 +38,7 @@ _LAZY = {
 __all__ = [
     "STRATEGIES",
     "CaptureError",
+    "CoExecutor",
     "ExecutionError",
     "InputError",
     "MissingDependencyError",
@@ -61,6 +65,7 @@ if TYPE_CHECKING:
         UnknownModelError,
         UnsupportedError,
     )
+    from .execute.coexec import CoExecutor
     from .zoo.load import load_model
 
 

@@ -1,4 +1,4 @@
-"""``pathweave zoo | analyze MODEL | bench MODEL``."""
+"""``pathweave zoo | analyze MODEL | bench MODEL | plan | codegen | timeline | tiles MODEL | table``."""
 
 from __future__ import annotations
 
@@ -56,6 +56,14 @@ def _parser() -> argparse.ArgumentParser:
     tl.add_argument("--policy", default="opara", help="stream policy to compare with the single stream")
     tl.add_argument("-o", "--output", type=Path, default=Path("timeline.png"))
     tl.add_argument("--json", type=Path, help="write the kernel spans as JSON here")
+    ti = sub.add_parser("tiles", help="ASPEN's tiles per layer and throughput on 1..P workers (Karp-Flatt)")
+    ti.add_argument("model", nargs="?", default=DEFAULT_MODEL, help=model_help)
+    ti.add_argument("--batch", type=int, default=1)
+    ti.add_argument("--threads", help="comma-separated worker counts, 1 always added (default: 1..all cores)")
+    ti.add_argument("--rounds", type=int, default=10)
+    ti.add_argument("--requests", type=int, default=1, help="also time R requests co-executed in one run")
+    ti.add_argument("--json", type=Path, help="write the report as JSON here")
+    ti.add_argument("--quiet", action="store_true", help="no progress bar")
     t = sub.add_parser("table", help="markdown results table from bench --json files")
     t.add_argument("files", nargs="+", type=Path)
     return p
@@ -161,6 +169,25 @@ def _timeline(args: argparse.Namespace) -> int:
     return 0
 
 
+def _tiles(args: argparse.Namespace) -> int:
+    from .capture import capture
+    from .execute.tiles import TilesStrategy
+    from .report.tiles import format_tiles, parse_workers, tiles_report
+    from .zoo.load import load_model
+
+    workers = parse_workers(args.threads)
+    loaded = load_model(args.model, batch=args.batch)
+    strategy = TilesStrategy(capture(loaded.model, *loaded.inputs, name=loaded.name), threads=max(workers))
+    try:
+        d = tiles_report(strategy, workers, args.rounds, args.requests, not args.quiet)
+    finally:
+        strategy.close()
+    print(format_tiles(d))
+    if args.json:
+        args.json.write_text(json.dumps(d, indent=2))
+    return 0
+
+
 def _codegen(args: argparse.Namespace) -> int:
     from .report.codegen import write_module
     from .report.plan import lc_plan
@@ -185,6 +212,8 @@ def main(argv: list[str] | None = None) -> int:
             return _codegen(args)
         if args.command == "timeline":
             return _timeline(args)
+        if args.command == "tiles":
+            return _tiles(args)
         if args.command == "table":
             from .report.results import markdown_table
 

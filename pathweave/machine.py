@@ -38,6 +38,14 @@ def describe(device: str = "cpu") -> dict:
     return info
 
 
+def loadavg() -> list[float] | None:
+    """The 1, 5 and 15 minute load averages, rounded, for reports (None where the OS has none)."""
+    try:
+        return [round(v, 2) for v in os.getloadavg()]
+    except OSError:
+        return None
+
+
 def machine_key(device: str = "cpu") -> str:
     """Short hash of what makes timings comparable: CPU or GPU model, thread count, torch version."""
     d = describe(device)

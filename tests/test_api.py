@@ -22,6 +22,7 @@ RTOL = 1e-3
 EXPECTED_ALL = [
     "STRATEGIES",
     "CaptureError",
+    "CoExecutor",
     "ExecutionError",
     "InputError",
     "MissingDependencyError",

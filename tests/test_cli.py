@@ -139,3 +139,33 @@ def test_plan_streams_json(tmp_path, capsys) -> None:
     assert [r["policy"] for r in rows] == ["opara", "critical", "nimble", "wavefront", "single"]
     assert all(1 <= r["streams"] <= 4 for r in rows if r["policy"] != "nimble")  # Nimble has no cap
     assert rows[-1]["streams"] == 1 and rows[-1]["waits"] == 0
+
+
+def test_tiles_report_on_a_tiny_model(tmp_path, capsys) -> None:
+    class Tiny(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+            self.fc = torch.nn.Linear(8 * 4 * 4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc(torch.nn.functional.max_pool2d(torch.relu(self.conv(x)), 2).flatten(1))
+
+    model = tmp_path / "tiny.pt2"
+    torch.export.save(torch.export.export(Tiny().eval(), (torch.randn(1, 3, 8, 8),)), model)
+    out = tmp_path / "tiles.json"
+    argv = ["tiles", str(model), "--threads", "2", "--rounds", "2", "--requests", "2", "--json", str(out),
+            "--quiet"]  # fmt: skip
+    assert cli.main(argv) == 0
+    text = capsys.readouterr().out
+    assert (
+        "tiny  batch 1: 3 layers" in text and "p_e (Karp-Flatt)" in text and "co-exec ms (2 requests)" in text
+    )
+    d = json.loads(out.read_text())
+    assert [r["op"] for r in d["layers"]] == ["conv2d_act", "max_pool2d", "linear"]
+    assert [r["workers"] for r in d["scaling"]] == [1, 2]
+    one, two = d["scaling"]
+    assert one["speedup"] == 1.0 and one["parallel_fraction"] is None
+    assert two["parallel_fraction"] == pytest.approx(1 - (2 / two["speedup"] - 1))
+    assert cli.main(["tiles", str(model), "--threads", "0", "--quiet"]) == 2
+    assert "worker counts must be >= 1" in capsys.readouterr().err

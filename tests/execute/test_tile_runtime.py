@@ -152,3 +152,25 @@ def test_zoo_tile_graphs_run_in_dependency_order(name: str, zoo_cache) -> None:
         rt.run()
         np.testing.assert_array_equal(out, want)
     rt.close()
+
+
+def test_graphs_swapped_between_runs_on_the_same_engines() -> None:
+    """Co-execution swaps graphs of other sizes into one runtime (growing and shrinking it); each runs
+    in dependency order, with workers that may still be waking up from the run before."""
+    graphs = [_random_graph(n, seed=n) for n in (300, 2500, 40, 1200)]
+    rt = TileRuntime([], np.zeros(0, np.int32), workers=3)
+    for rnd in range(3):
+        for parents in graphs:
+            n = len(parents)
+            bias = np.random.default_rng(n).standard_normal(n).astype(np.float32)
+            children: list[list[int]] = [[] for _ in range(n)]
+            for t, ps in enumerate(parents):
+                for p in ps:
+                    children[p].append(t)
+            rt.set_graph(*csr(parents), *csr(children), np.full(n, OP_TEST, np.int32), depth_columns(parents))
+            out = np.full(n, np.nan, np.float32)
+            rt.set_test_data(out, bias, np.zeros(n, np.int32))
+            rt.run()
+            np.testing.assert_array_equal(out, _reference(parents, bias), err_msg=f"round {rnd}, {n} tiles")
+            assert rt.n == n and rt.ran_on().min() >= 0
+    rt.close()

@@ -50,7 +50,7 @@ typedef struct {
 } pw_worker;
 
 struct pw_runtime {
-    int32_t n_tiles;
+    int32_t n_tiles, capacity; /* capacity: tiles the per-tile arrays below have room for */
     const int32_t *p_ptr, *p_idx, *c_ptr, *c_idx, *op;
     int32_t *col, *next, *roots;
     int32_t n_roots;
@@ -248,26 +248,66 @@ int pw_set_workers(pw_runtime *rt, int n) {
     return 0;
 }
 
-/* The graph arrays must outlive the runtime (Python keeps them). col[t] < 64 is the depth column. */
+/* Grow the per-tile arrays to hold n tiles (they are never shrunk). 0 on success. */
+static int reserve(pw_runtime *rt, int32_t n) {
+    if (n + 1 <= rt->capacity) return 0;
+    size_t bytes = sizeof(int32_t) * ((size_t)n + 1);
+    int32_t **grow[] = {&rt->col, &rt->next, &rt->roots, &rt->ran_on};
+    for (int i = 0; i < 4; i++) {
+        int32_t *p = realloc(*grow[i], bytes);
+        if (!p) return 1;
+        *grow[i] = p;
+    }
+    atomic_int *pending = realloc(rt->pending, sizeof(atomic_int) * ((size_t)n + 1));
+    if (!pending) return 1;
+    rt->pending = pending;
+    rt->capacity = n + 1;
+    return 0;
+}
+
+/* The tile graph for the next inferences; call it between inferences, from the thread that calls pw_run
+ * (co-execution swaps in the union of several requests' graphs this way, the engines stay). The arrays
+ * must outlive their use (Python keeps them). col[t] < 64 is the depth column. 0 on success.
+ * As in pw_run, the swap waits under park_lock until no worker is inside the engine, and it marks every
+ * tile done, so a worker that wakes late for the last inference leaves the engine at once instead of
+ * waiting for tiles of a graph that is not running. */
+int pw_set_graph(pw_runtime *rt, int32_t n_tiles, const int32_t *p_ptr, const int32_t *p_idx,
+                 const int32_t *c_ptr, const int32_t *c_idx, const int32_t *op, const int32_t *col) {
+    int err = 0;
+    pthread_mutex_lock(&rt->park_lock);
+    while (atomic_load(&rt->active) > 0) {
+        pthread_mutex_unlock(&rt->park_lock);
+        sched_yield();
+        pthread_mutex_lock(&rt->park_lock);
+    }
+    if (n_tiles < 0 || reserve(rt, n_tiles)) {
+        err = 1;
+    } else {
+        rt->n_tiles = n_tiles, rt->n_roots = 0;
+        rt->p_ptr = p_ptr, rt->p_idx = p_idx, rt->c_ptr = c_ptr, rt->c_idx = c_idx, rt->op = op;
+        for (int32_t t = 0; t < n_tiles; t++) {
+            rt->col[t] = col[t] < 0 ? 0 : (col[t] >= PW_MAX_COLS ? PW_MAX_COLS - 1 : col[t]);
+            rt->ran_on[t] = -1;
+            if (p_ptr[t + 1] == p_ptr[t]) rt->roots[rt->n_roots++] = t;
+        }
+        atomic_store(&rt->done, n_tiles);
+    }
+    pthread_mutex_unlock(&rt->park_lock);
+    return err;
+}
+
+/* The graph arrays must outlive the runtime (Python keeps them); see pw_set_graph. */
 pw_runtime *pw_create(int32_t n_tiles, const int32_t *p_ptr, const int32_t *p_idx, const int32_t *c_ptr,
                       const int32_t *c_idx, const int32_t *op, const int32_t *col, int n_workers) {
     pw_runtime *rt = calloc(1, sizeof(pw_runtime));
     if (!rt) return NULL;
-    rt->n_tiles = n_tiles;
-    rt->p_ptr = p_ptr, rt->p_idx = p_idx, rt->c_ptr = c_ptr, rt->c_idx = c_idx, rt->op = op;
-    rt->col = malloc(sizeof(int32_t) * (n_tiles + 1));
-    rt->next = malloc(sizeof(int32_t) * (n_tiles + 1));
-    rt->roots = malloc(sizeof(int32_t) * (n_tiles + 1));
-    rt->ran_on = malloc(sizeof(int32_t) * (n_tiles + 1));
-    rt->pending = malloc(sizeof(atomic_int) * (n_tiles + 1));
-    if (!rt->col || !rt->next || !rt->roots || !rt->ran_on || !rt->pending) return NULL;
-    for (int32_t t = 0; t < n_tiles; t++) {
-        rt->col[t] = col[t] < 0 ? 0 : (col[t] >= PW_MAX_COLS ? PW_MAX_COLS - 1 : col[t]);
-        if (p_ptr[t + 1] == p_ptr[t]) rt->roots[rt->n_roots++] = t;
-    }
     for (int w = 0; w < PW_MAX_WORKERS; w++) pthread_mutex_init(&rt->rows[w].lock, NULL);
     pthread_mutex_init(&rt->park_lock, NULL);
     pthread_cond_init(&rt->park_cond, NULL);
+    if (pw_set_graph(rt, n_tiles, p_ptr, p_idx, c_ptr, c_idx, op, col)) {
+        free(rt->col), free(rt->next), free(rt->roots), free(rt->ran_on), free(rt->pending), free(rt);
+        return NULL;
+    }
     rt->n_workers = 1;
     pw_set_workers(rt, n_workers); /* if fewer threads start, pw_workers says how many */
     return rt;
