@@ -170,7 +170,8 @@ static int conv_tile(const int64_t *L, const int32_t *lo, const int32_t *hi, flo
 /* the widest padded input row the separable pooling path takes (floats on the worker's stack) */
 #define PW_POOL_ROW 4096
 
-static inline float max_nan(float acc, float v) { return (v > acc || v != v) ? v : acc; } /* NaN wins */
+/* NaN wins; the bitwise or keeps it branch-free (with || gcc branched, and random data mispredicts) */
+static inline float max_nan(float acc, float v) { return ((v > acc) | (v != v)) ? v : acc; }
 
 /* Pooling without dilation, separably: the window's rows are combined element-wise into one padded row
  * (contiguous, vectorised), then each output takes the max or sum of kw neighbours of that row. Padding
@@ -199,22 +200,19 @@ PW_HOT static void pool_separable(const float *xc, float *oc, const int64_t *L, 
             else
                 for (int64_t iw = 0; iw < wend; iw++) mid[iw] += xr[iw];
         }
-        float *d = oc + oh * OW;
-        if (is_max) {
-            for (int64_t ow = ow_lo; ow < ow_hi; ow++) {
-                const float *r = row + ow * sw;
-                float acc = r[0];
-                for (int64_t j = 1; j < kw; j++) acc = max_nan(acc, r[j]);
-                d[ow] = acc;
-            }
-            continue;
+        float *d = oc + oh * OW; /* the window's taps one after another, each over all outputs */
+        for (int64_t ow = ow_lo; ow < ow_hi; ow++) d[ow] = row[ow * sw];
+        for (int64_t j = 1; j < kw; j++) {
+            if (is_max)
+                for (int64_t ow = ow_lo; ow < ow_hi; ow++) d[ow] = max_nan(d[ow], row[ow * sw + j]);
+            else
+                for (int64_t ow = ow_lo; ow < ow_hi; ow++) d[ow] += row[ow * sw + j];
         }
+        if (is_max) continue;
         const int64_t he = hs + kh < H + ph ? hs + kh : H + ph;
         for (int64_t ow = ow_lo; ow < ow_hi; ow++) {
             const int64_t ws = ow * sw - pw;
-            const float *r = row + ow * sw;
-            float acc = 0.0f;
-            for (int64_t j = 0; j < kw; j++) acc += r[j];
+            const float acc = d[ow];
             const int64_t we = ws + kw < W + pw ? ws + kw : W + pw;
             const int64_t w0 = ws > 0 ? ws : 0, w1 = we < W ? we : W;
             const int64_t div = divisor ? divisor
