@@ -34,8 +34,9 @@ class Replica:
     of: str
 
 
-#: ``tuple[int, numpy.ndarray | None]`` on a convolution's weight node: (groups, the weights packed for
-#: the tile micro-kernels), so that every program built from one graph shares one packed copy.
+#: ``tuple[Any, numpy.ndarray | None]`` on a weight node: (a tag saying how, the weights packed for the
+#: tile micro-kernels: a convolution's groups, or a matmul's ("rows", shape, strides)), so that every
+#: program built from one graph shares one packed copy.
 PACKED_WEIGHTS = "pathweave.packed_weights"
 
 #: ``NodeKernels``: the CUDA kernels one node launched in a profiled run, with their launch resources.

@@ -12,22 +12,27 @@ with its leading dimension from the strides, and packed into scratch only when n
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch.fx
 
+from ..analyze.ops import op_name
+from ..meta import PACKED_WEIGHTS
 from ..transform.tile_graph import TileGraph
-from ..transform.tile_ops import RESHAPES
+from ..transform.tile_ops import IDENTITY_VIEWS, RESHAPES, VIEWS
 from .tile_program import (
     ACTS,
+    PANEL_ROWS,
     S_ACT,
     S_ALPHA,
     S_BIAS,
     S_OP,
     S_SCALAR,
     S_W,
+    S_WPACK,
     S_X,
     S_XSHAPE,
     S_XSTRIDE,
@@ -240,6 +245,9 @@ def _matmul(node: torch.fx.Node, args: dict, row: np.ndarray, view: View_, graph
     _start(row, K_MATMUL, out)
     a_strides = [*_batch(a, out), a.strides[-2], a.strides[-1]]
     scratch = _gemm(row, graph, i, out, a, a_strides, b, [*_batch(b, out), b.strides[-2], b.strides[-1]])
+    if _packable(b, b_node, alpha, out):
+        _pack_b(row, b, b_node, graph, i)
+        scratch = max(scratch, _panel_rows(graph, i, out) * a.shape[-1])
     row[S_SCALAR] = _double(alpha)
     if isinstance(z_node, torch.fx.Node):
         z = view(z_node)
@@ -253,14 +261,47 @@ def _matmul(node: torch.fx.Node, args: dict, row: np.ndarray, view: View_, graph
     return scratch
 
 
+def _constant(node: Any) -> bool:
+    """Whether ``node`` is a constant (a weight), directly or through views of one."""
+    while isinstance(node, torch.fx.Node) and node.op == "call_function" and len(node.all_input_nodes) == 1:
+        if op_name(node) not in VIEWS and op_name(node) not in IDENTITY_VIEWS:
+            return False
+        node = node.all_input_nodes[0]
+    return isinstance(node, torch.fx.Node) and node.op == "get_attr"
+
+
+def _pack_b(row: np.ndarray, b: View, b_node: torch.fx.Node, graph: TileGraph, i: int) -> None:
+    """A constant B ([K, N], any strides) for the packed micro-kernels: for each piece [c0, c1) of the
+    layer's columns, B[:, c0:c1] as contiguous rows, the pieces one after another, so that a tile streams
+    its weights from memory in order (read in place, with rows N apart, they ran slower than OpenBLAS).
+    Made once per node and kept in its meta: every program of the graph shares it."""
+    cuts = tuple(int(c) for c in graph.grid(i)[-1])
+    tag = ("blocks", b.shape, b.strides, cuts)
+    cached = b_node.meta.get(PACKED_WEIGHTS)
+    if cached is None or cached[0] != tag:
+        full = b.array()
+        blocks = [
+            np.ascontiguousarray(full[:, c0:c1], dtype=np.float32).reshape(-1)
+            for c0, c1 in itertools.pairwise(cuts)
+        ]
+        cached = (tag, np.concatenate(blocks))
+        b_node.meta[PACKED_WEIGHTS] = cached
+    row[S_WPACK] = cached[1].ctypes.data
+
+
+def _packable(b: View, b_node: Any, alpha: float, out: tuple[int, ...]) -> bool:
+    return len(b.shape) == 2 and alpha == 1.0 and _constant(b_node) and b.shape[1] == out[-1]
+
+
 def _linear(
     node: torch.fx.Node, args: dict, row: np.ndarray, view: View_, graph: TileGraph, i: int
 ) -> int | None:
-    """A linear layer whose input is strided or whose activation is GELU (either form), as a matmul with
-    the weight transposed in place; the others go to the plain linear kernel."""
+    """A linear layer: with a constant weight, as a product on the packed micro-kernels; otherwise
+    (a strided input or GELU) as a matmul with the weight transposed in place, or else the plain linear
+    kernel."""
     act = args.get("act") or "none"
     x = view(args["input"])
-    if act in PLAIN_ACTS and x.contiguous:
+    if act in PLAIN_ACTS and x.contiguous and not _constant(args["weight"]):
         return None
     if act not in SEQ_ACTS:
         raise _NoKernel(f"activation {act}")
@@ -271,10 +312,21 @@ def _linear(
     _start(row, K_MATMUL, out)
     x_strides = [*_batch(x, out), x.strides[-2], x.strides[-1]]
     scratch = _gemm(row, graph, i, out, x, x_strides, w, [0, 0, w.strides[1], w.strides[0]])
+    w_t = View(w.base, w.offset, (w.strides[1], w.strides[0]), (w.shape[1], w.shape[0]), False)
+    if _packable(w_t, args["weight"], 1.0, out):
+        _pack_b(row, w_t, args["weight"], graph, i)
+        scratch = max(scratch, _panel_rows(graph, i, out) * w.shape[1])
     row[S_SCALAR], row[S_ACT] = _double(1.0), SEQ_ACTS[act]
     if args.get("bias") is not None:
         row[S_BIAS] = _contiguous(view(args["bias"]), "bias").address
     return scratch
+
+
+def _panel_rows(graph: TileGraph, i: int, out: tuple[int, ...]) -> int:
+    """The largest tile's rows, rounded up to whole panels (the packed A of matmul_packed)."""
+    lo, hi = graph.layer_tile_start[i], graph.layer_tile_start[i + 1]
+    rows = int((graph.tile_hi[lo:hi, len(out) - 2] - graph.tile_lo[lo:hi, len(out) - 2]).max())
+    return -(-rows // PANEL_ROWS) * PANEL_ROWS
 
 
 def _gemm(

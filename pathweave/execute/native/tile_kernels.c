@@ -423,7 +423,7 @@ static int dispatch(const int64_t *layer, const int32_t *lo, const int32_t *hi, 
     case PW_K_LAYERNORM: return pw_layernorm_tile(layer, lo, hi);
     case PW_K_SOFTMAX: return pw_softmax_tile(layer, lo, hi);
     case PW_K_MAP: return pw_map_tile(layer, lo, hi);
-    case PW_K_MATMUL: return sgemm ? pw_matmul_tile(layer, lo, hi, scratch, sgemm) : 2;
+    case PW_K_MATMUL: return sgemm ? pw_matmul_tile(layer, lo, hi, scratch, sgemm, stamp) : 2;
     case PW_K_WHERE: return pw_where_tile(layer, lo, hi);
     case PW_K_CONVERT: return pw_convert_tile(layer, lo, hi);
     case PW_K_COPY: return pw_copy_tile(layer, lo, hi);

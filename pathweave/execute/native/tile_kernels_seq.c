@@ -6,6 +6,8 @@
  * lanes, so that GCC vectorises them without -ffast-math. */
 #include "tile_kernels_seq.h"
 
+#include "tile_gemm.h"
+
 #include <math.h>
 #include <string.h>
 
@@ -381,9 +383,62 @@ static int operand(int64_t layout, const float **p, int64_t sr, int64_t sc, int6
  * S_XSTRIDE, B (S_Y) [b0, b1, k, n] at S_YSTRIDE, Z (SQ_Z, optional) [b0, b1, m, n] at SQ_ZSTRIDE; zero
  * strides broadcast. An operand that sgemm cannot read in place is packed into the scratch (after the
  * header; the conv kernel's cached im2col is then marked stale). */
-int pw_matmul_tile(const int64_t *L, const int32_t *lo, const int32_t *hi, float *scratch,
-                   pw_sgemm_fn sgemm) {
+/* rows x K of a (strides sr, sc) into panels of PW_MR rows, k-major, zero rows past the end */
+PW_CLONES static void pack_panels(const float *a, int64_t sr, int64_t sc, int64_t rows, int64_t K, float *pa) {
+    for (int64_t r0 = 0; r0 < rows; r0 += PW_MR) {
+        float *panel = pa + r0 * K;
+        const int64_t n = rows - r0 < PW_MR ? rows - r0 : PW_MR;
+        for (int64_t k = 0; k < K; k++) {
+            float *d = panel + k * PW_MR;
+            for (int64_t i = 0; i < n; i++) d[i] = a[(r0 + i) * sr + k * sc];
+            for (int64_t i = n; i < PW_MR; i++) d[i] = 0.0f;
+        }
+    }
+}
+
+/* A product with a constant B (a linear's weight), laid out at build time as one block of K contiguous
+ * rows per column piece of the layer's grid: the tile's rows of A are packed into panels and the
+ * micro-kernels of tile_gemm.c stream B in order (OpenBLAS packs both operands on every call). The added
+ * term, bias and activation follow as in the sgemm path. */
+static int matmul_packed(const int64_t *L, const box4 *b, float *scratch, int64_t stamp) {
+    const float *x = in_f(L[S_X]), *bp = in_f(L[S_WPACK]), *z = in_f(L[SQ_Z]), *bias = in_f(L[S_BIAS]);
+    float *out = out_f(L[S_OUT]);
+    const int64_t *xs = L + S_XSTRIDE, *zs = L + SQ_ZSTRIDE;
+    const int64_t K = L[SQ_K], rows = b->h[2] - b->l[2], cols = b->h[3] - b->l[3], N = b->os[3];
+    const float beta = (float)bits_double(L[SQ_YSCALAR]);
+    float *pa = scratch + PW_SCRATCH_HEADER;
+    const int multi = b->h[0] - b->l[0] > 1 || b->h[1] - b->l[1] > 1;
+    for (int64_t i0 = b->l[0]; i0 < b->h[0]; i0++)
+        for (int64_t i1 = b->l[1]; i1 < b->h[1]; i1++) {
+            const float *a = x + i0 * xs[0] + i1 * xs[1] + b->l[2] * xs[2];
+            float *c = out + out_at(b, i0, i1, b->l[2], b->l[3]);
+            /* the worker's last packed A is kept, as conv_tile keeps its im2col: the next tile over the
+             * same rows (another piece of the columns) skips the packing; the key shares the header */
+            int64_t *key = (int64_t *)scratch;
+            const int64_t want[6] = {(int64_t)(intptr_t)L, stamp, i0, i1, b->l[2], b->h[2]};
+            if (multi || memcmp(key, want, sizeof want)) {
+                pack_panels(a, xs[2], xs[3], rows, K, pa);
+                memcpy(key, want, sizeof want);
+            }
+            /* B's columns [l3, h3) are one block of K rows of `cols` floats (tile_program_seq._pack_b) */
+            pw_gemm_packed(rows, cols, K, pa, 0, bp + K * b->l[3], cols, c, N, NULL, NULL, PW_ACT_NONE);
+            const float *zr = z ? z + i0 * zs[0] + i1 * zs[1] + b->l[2] * zs[2] + b->l[3] * zs[3] : NULL;
+            for (int64_t r = 0; r < rows; r++) {
+                float *d = c + r * N;
+                if (zr)
+                    for (int64_t j = 0; j < cols; j++) d[j] += beta * zr[r * zs[2] + j * zs[3]];
+                if (bias)
+                    for (int64_t j = 0; j < cols; j++) d[j] += bias[b->l[3] + j];
+                act_row(d, cols, (int)L[S_ACT]);
+            }
+        }
+    return 0;
+}
+
+int pw_matmul_tile(const int64_t *L, const int32_t *lo, const int32_t *hi, float *scratch, pw_sgemm_fn sgemm,
+                   int64_t stamp) {
     const box4 b = front_box(L, lo, hi);
+    if (L[S_WPACK]) return matmul_packed(L, &b, scratch, stamp);
     const float *x = in_f(L[S_X]), *y = in_f(L[S_Y]), *z = in_f(L[SQ_Z]), *bias = in_f(L[S_BIAS]);
     float *out = out_f(L[S_OUT]);
     const int64_t *xs = L + S_XSTRIDE, *ys = L + S_YSTRIDE, *zs = L + SQ_ZSTRIDE;

@@ -39,7 +39,10 @@ int pw_embedding_tile(const int64_t *L, const int32_t *lo, const int32_t *hi);
 int pw_layernorm_tile(const int64_t *L, const int32_t *lo, const int32_t *hi);
 int pw_softmax_tile(const int64_t *L, const int32_t *lo, const int32_t *hi);
 int pw_map_tile(const int64_t *L, const int32_t *lo, const int32_t *hi);
-int pw_matmul_tile(const int64_t *L, const int32_t *lo, const int32_t *hi, float *scratch, pw_sgemm_fn sgemm);
+/* stamp tells inferences apart: the packed rows of A a worker keeps (products with a constant B) are
+ * reused by its next tile over the same rows of the same layer in the same inference */
+int pw_matmul_tile(const int64_t *L, const int32_t *lo, const int32_t *hi, float *scratch, pw_sgemm_fn sgemm,
+                   int64_t stamp);
 int pw_where_tile(const int64_t *L, const int32_t *lo, const int32_t *hi);
 int pw_convert_tile(const int64_t *L, const int32_t *lo, const int32_t *hi);
 int pw_copy_tile(const int64_t *L, const int32_t *lo, const int32_t *hi);
