@@ -101,3 +101,27 @@ def test_openblas_picks_its_kernels_for_this_cpu_whatever_the_environment_says()
     own = _core({})
     assert _core({"OPENBLAS_CORETYPE": "Nehalem"}) == [own[0], "Nehalem"]  # hidden while loading, restored
     assert _core({"PATHWEAVE_OPENBLAS_CORETYPE": "Nehalem"})[0] == "Nehalem"  # the override is honoured
+
+
+def test_linears_on_the_packed_kernels_over_several_column_pieces(outputs_close) -> None:
+    import torch
+
+    import pathweave
+    from pathweave.execute.tile_program import S_OP, S_WPACK
+    from pathweave.execute.tiles import TilesStrategy
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(72, 520), torch.nn.GELU(), torch.nn.Linear(520, 300), torch.nn.ReLU()
+    ).eval()
+    x = torch.randn(2, 261, 72)
+    strat = TilesStrategy(pathweave.capture(model, x), threads=2)
+    rows = strat.program.layers
+    assert (rows[:, S_WPACK] != 0).sum() == 2 and all(rows[rows[:, S_WPACK] != 0, S_OP] == 36)
+    pieces = [len(strat.graph.grid(i)[-1]) - 1 for i in range(strat.graph.num_layers)]
+    assert max(pieces) >= 3  # several column blocks of the packed weights
+    for seed in range(3):
+        x = torch.randn(2, 261, 72, generator=torch.Generator().manual_seed(seed))
+        with torch.no_grad():
+            outputs_close(strat(x), model(x), rtol=1e-4, atol_scale=1e-5)
+    strat.close()
