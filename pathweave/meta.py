@@ -34,10 +34,20 @@ class Replica:
     of: str
 
 
-#: ``tuple[Any, numpy.ndarray | None]`` on a weight node: (a tag saying how, the weights packed for the
-#: tile micro-kernels: a convolution's groups, or a matmul's ("rows", shape, strides)), so that every
-#: program built from one graph shares one packed copy.
+#: ``Packed`` on a weight node: the weights laid out for the tile micro-kernels, so that every program
+#: built from one graph shares one copy.
 PACKED_WEIGHTS = "pathweave.packed_weights"
+
+
+@dataclass(frozen=True)
+class Packed:
+    """A weight laid out for the tile micro-kernels: ``how`` says which layout (a convolution's groups,
+    or a matmul's column blocks with the shape and strides they were read with); ``data`` is a numpy
+    array, or None where the layout does not apply (depthwise)."""
+
+    how: object
+    data: object
+
 
 #: ``NodeKernels``: the CUDA kernels one node launched in a profiled run, with their launch resources.
 KERNELS = "pathweave.kernels"

@@ -63,8 +63,10 @@ class CoExecutor:
     engine 0). ``slots``: requests of one model in one run. Use it as a context manager, or ``close()``."""
 
     def __init__(self, workers: int | None = None, slots: int = 4, max_unions: int = MAX_UNIONS) -> None:
-        if slots < 1 or (workers is not None and workers < 1):
-            raise InputError(f"CoExecutor needs workers >= 1 and slots >= 1, got {workers} and {slots}")
+        if slots < 1 or max_unions < 1 or (workers is not None and workers < 1):
+            raise InputError(
+                f"CoExecutor needs workers, slots and max_unions >= 1, got {workers}, {slots}, {max_unions}"
+            )
         self.workers = workers or torch.get_num_threads()
         self.slots = slots
         self.max_unions = max_unions
@@ -73,7 +75,8 @@ class CoExecutor:
         self._wake = threading.Condition(self._lock)
         self._queue: deque[_Request] = deque()
         self._models: dict[int, _Model] = {}  # by id of the strategy, which the _Model keeps alive
-        self._built: dict[tuple, tuple[Any, TilesStrategy]] = {}  # (id of a module, input signature)
+        # (id of a module, input signature, its tensors' addresses and versions) -> (module, strategy)
+        self._built: dict[tuple, tuple[Any, TilesStrategy]] = {}
         self._build_lock = threading.Lock()
         self._unions: OrderedDict[tuple[int, ...], TileUnion] = OrderedDict()
         self._loaded: TileUnion | None = None
@@ -115,6 +118,8 @@ class CoExecutor:
     def _check_open(self) -> None:
         if self._closed:
             raise ExecutionError("this CoExecutor is closed; no new requests")
+        if not self._thread.is_alive():
+            raise ExecutionError("this CoExecutor's dispatcher has stopped; no new requests")
 
     def _request(self, model: Any, args: tuple, kwargs: dict, future: Future) -> _Request:
         strategy = self._strategy(model, args, kwargs)
@@ -133,28 +138,50 @@ class CoExecutor:
         signature = tuple(
             (tuple(t.shape), t.dtype) if isinstance(t, torch.Tensor) else repr(t) for t in leaves
         )
-        key = (id(model), signature)
+        # the built strategy holds a copy of the weights (folded, packed): a module whose parameters or
+        # buffers changed since (in place or replaced) is built again rather than run with stale ones
+        state = ()
+        if isinstance(model, torch.nn.Module):
+            tensors = [*model.parameters(), *model.buffers()]
+            state = tuple((t.data_ptr(), t._version) for t in tensors)
+        key = (id(model), signature, state)
         with self._build_lock:
             if key not in self._built:
                 captured = model if isinstance(model, Captured) else capture(model, *args, **kwargs)
                 strategy = TilesStrategy(captured, threads=1)
                 strategy.close()  # only its graph and programs are used here, not its own runtime
+                for stale in [k for k in self._built if k[:2] == key[:2]]:
+                    del self._built[stale]  # the same module and inputs with older weights
                 self._built[key] = (model, strategy)  # the model is kept so that its id stays its own
             return self._built[key][1]
 
     # ---- dispatching (the dispatcher thread) -----------------------------------------------------------
 
     def _loop(self) -> None:
-        while True:
+        try:
+            while True:
+                with self._lock:
+                    while not self._queue and not self._closed:
+                        self._wake.wait()
+                    if not self._queue:
+                        break
+                    batch = self._take()
+                try:
+                    if batch:
+                        self._run(batch)
+                except BaseException as exc:  # noqa: BLE001 - no request may wait for a dead dispatcher
+                    for req in batch:
+                        if not req.future.done():
+                            req.future.set_exception(exc)
+                    raise
+        finally:
             with self._lock:
-                while not self._queue and not self._closed:
-                    self._wake.wait()
-                if not self._queue:
-                    break
-                batch = self._take()
-            if batch:
-                self._run(batch)
-        self._runtime.close()
+                self._closed = True
+                left, self._queue = list(self._queue), deque()
+            for req in left:
+                if req.future.set_running_or_notify_cancel():
+                    req.future.set_exception(ExecutionError("the CoExecutor stopped before this request ran"))
+            self._runtime.close()
 
     def _take(self) -> list[_Request]:
         """The pending requests of the next run (called under the lock): the oldest ``slots`` of every
@@ -165,8 +192,8 @@ class CoExecutor:
         for req in self._queue:
             if counts[req.model] >= self.slots:
                 rest.append(req)
-            elif req.future.set_running_or_notify_cancel():
-                counts[req.model] += 1
+            elif not req.future.done() and req.future.set_running_or_notify_cancel():
+                counts[req.model] += 1  # (a future finished by its holder is dropped)
                 taken.append(req)
         self._queue = rest
         return taken
@@ -174,6 +201,7 @@ class CoExecutor:
     def _run(self, batch: list[_Request]) -> None:
         united: TileUnion | None = None
         part_of: list[int] = []
+        self._runtime.failed_tile = None  # a failure before this run's kernels names no tile
         try:
             united, part_of = self._union(batch)
             for req, k in zip(batch, part_of, strict=True):

@@ -2,10 +2,10 @@
 (``native/tile_kernels.h`` names the same slots), the buffers they read and write, and the scratch
 each worker needs.
 
-Every layer writes its own contiguous float32 buffer (the tile runtime has no barriers, so a buffer
-could only be reused once every reader of its last value is proven done; that proof is not built
-yet). Views are not layers: a layer reads a view's producer through the view's strides, found by
-replaying the view ops on a contiguous meta tensor of the producer's shape.
+Every layer writes a contiguous float32 buffer: its own, or a block of one arena placed by liveness
+(``tile_memory.plan_buffers``, whose added edges make each reuse wait for the reads of the old value).
+Views are not layers: a layer reads a view's producer through the view's strides, found by replaying
+the view ops on a contiguous meta tensor of the producer's shape.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ import torch.utils._pytree as pytree
 
 from ..analyze.ops import op_name
 from ..errors import UnsupportedError
-from ..meta import PACKED_WEIGHTS
+from ..meta import PACKED_WEIGHTS, Packed
 from ..transform.tile_graph import TileGraph
-from ..transform.tile_ops import IDENTITY_VIEWS, MULTI_VIEWS, NodeMaps, as_ints, bound_args
+from ..transform.tile_ops import IDENTITY_VIEWS, MULTI_VIEWS, VIEWS, NodeMaps, as_ints, bound_args
 from ..transform.util import constant
 
 SLOTS = 48
@@ -295,13 +295,26 @@ def pack_weights(w: np.ndarray, groups: int) -> np.ndarray | None:
     return np.ascontiguousarray(padded.reshape(groups * panels, PANEL_ROWS, k).transpose(0, 2, 1))
 
 
+def _constant(node: Any) -> bool:
+    """Whether ``node`` is a constant (a weight), directly or through views of one: only constants may be
+    packed at build time (a weight that is an input or a layer's output changes with every run)."""
+    while isinstance(node, torch.fx.Node) and node.op == "call_function" and len(node.all_input_nodes) == 1:
+        if op_name(node) not in VIEWS and op_name(node) not in IDENTITY_VIEWS:
+            return False
+        node = node.all_input_nodes[0]
+    return isinstance(node, torch.fx.Node) and node.op == "get_attr"
+
+
 def _packed(weight: torch.fx.Node, w: View, groups: int) -> np.ndarray | None:
-    """The packed weights, made once per weight node and shared by every program of the graph."""
+    """The packed weights, made once per weight node and shared by every program of the graph; None for
+    a weight that is not a constant (it keeps the sgemm path, which reads it at run time)."""
+    if not _constant(weight):
+        return None
     cached = weight.meta.get(PACKED_WEIGHTS)
-    if cached is None or cached[0] != groups:
-        cached = (groups, pack_weights(w.array(), groups))
+    if cached is None or cached.how != groups:
+        cached = Packed(groups, pack_weights(w.array(), groups))
         weight.meta[PACKED_WEIGHTS] = cached
-    return cached[1]
+    return cached.data
 
 
 def _conv(

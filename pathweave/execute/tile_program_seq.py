@@ -19,10 +19,9 @@ from typing import Any
 import numpy as np
 import torch.fx
 
-from ..analyze.ops import op_name
-from ..meta import PACKED_WEIGHTS
+from ..meta import PACKED_WEIGHTS, Packed
 from ..transform.tile_graph import TileGraph
-from ..transform.tile_ops import IDENTITY_VIEWS, RESHAPES, VIEWS
+from ..transform.tile_ops import RESHAPES
 from .tile_program import (
     ACTS,
     PANEL_ROWS,
@@ -39,6 +38,7 @@ from .tile_program import (
     S_Y,
     S_YSTRIDE,
     View,
+    _constant,
     _contiguous,
     _NoKernel,
     _shape,
@@ -261,15 +261,6 @@ def _matmul(node: torch.fx.Node, args: dict, row: np.ndarray, view: View_, graph
     return scratch
 
 
-def _constant(node: Any) -> bool:
-    """Whether ``node`` is a constant (a weight), directly or through views of one."""
-    while isinstance(node, torch.fx.Node) and node.op == "call_function" and len(node.all_input_nodes) == 1:
-        if op_name(node) not in VIEWS and op_name(node) not in IDENTITY_VIEWS:
-            return False
-        node = node.all_input_nodes[0]
-    return isinstance(node, torch.fx.Node) and node.op == "get_attr"
-
-
 def _pack_b(row: np.ndarray, b: View, b_node: torch.fx.Node, graph: TileGraph, i: int) -> None:
     """A constant B ([K, N], any strides) for the packed micro-kernels: for each piece [c0, c1) of the
     layer's columns, B[:, c0:c1] as contiguous rows, the pieces one after another, so that a tile streams
@@ -278,15 +269,15 @@ def _pack_b(row: np.ndarray, b: View, b_node: torch.fx.Node, graph: TileGraph, i
     cuts = tuple(int(c) for c in graph.grid(i)[-1])
     tag = ("blocks", b.shape, b.strides, cuts)
     cached = b_node.meta.get(PACKED_WEIGHTS)
-    if cached is None or cached[0] != tag:
+    if cached is None or cached.how != tag:
         full = b.array()
         blocks = [
             np.ascontiguousarray(full[:, c0:c1], dtype=np.float32).reshape(-1)
             for c0, c1 in itertools.pairwise(cuts)
         ]
-        cached = (tag, np.concatenate(blocks))
+        cached = Packed(tag, np.concatenate(blocks))
         b_node.meta[PACKED_WEIGHTS] = cached
-    row[S_WPACK] = cached[1].ctypes.data
+    row[S_WPACK] = cached.data.ctypes.data
 
 
 def _packable(b: View, b_node: Any, alpha: float, out: tuple[int, ...]) -> bool:

@@ -53,7 +53,10 @@ class TilesStrategy:
         # each reuse after the reads of the old value
         self.buffers = None
         if buffer_distance is not None:
-            self.buffers = plan_buffers(self.graph, output_layers(gm, self.graph), buffer_distance)
+            keep = output_layers(gm, self.graph)
+            self.buffers = plan_buffers(self.graph, keep, buffer_distance)
+            if check:
+                self.buffers.verify(self.graph, keep)  # every overwrite waits for the reads it would spoil
             self.graph = self.buffers.graph
         self.program = self.new_program()
         ops = np.full(self.graph.num_tiles, OP_LAYER, dtype=np.int32)

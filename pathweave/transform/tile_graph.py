@@ -279,6 +279,8 @@ def _tile_counts(
     unscaled = sorted(set(scale) - {n.name for n in layers})
     if unscaled:
         raise InputError(f"scale names nodes that are not tiled layers: {', '.join(unscaled)}")
+    if scale and policy is not None:
+        raise InputError("scale multiplies the default tile counts; it cannot be used with tiles_per_layer")
     if isinstance(policy, dict):
         unknown = sorted(set(policy) - {n.name for n in layers})
         if unknown:

@@ -241,3 +241,37 @@ def test_int64_ids_keep_their_type(outputs_close) -> None:
         for x, f in zip(ids, futures, strict=True):
             with torch.no_grad():
                 outputs_close(f.result(timeout=TIMEOUT), model(x), rtol=RTOL, atol_scale=ATOL_SCALE)
+
+
+def test_weights_changed_in_place_are_seen_and_bad_settings_refused(outputs_close) -> None:
+    torch.manual_seed(0)
+    model = _Tokens().eval()
+    ids = torch.randint(0, 50, (2, 9))
+    with pytest.raises(InputError, match="max_unions"):
+        CoExecutor(workers=1, max_unions=0)
+    with CoExecutor(workers=1) as co:
+        co.submit(model, ids).result(timeout=TIMEOUT)
+        with torch.no_grad():
+            model.fc.weight.mul_(2.0)
+            want = model(ids)
+        outputs_close(co.submit(model, ids).result(timeout=TIMEOUT), want, rtol=RTOL, atol_scale=ATOL_SCALE)
+
+
+def test_a_failure_outside_the_kernels_fails_its_requests_and_later_ones_still_run(
+    models, strategies, outputs_close
+) -> None:
+    with CoExecutor(workers=1) as co:
+        real = co._union
+        calls = {"n": 0}
+
+        def broken(batch):  # the first union cannot be built; the dispatcher must survive it
+            calls["n"] += 1
+            if calls["n"] == 1:
+                raise ExecutionError("union too large")
+            return real(batch)
+
+        co._union = broken
+        x = _input("residual", 1)
+        with pytest.raises(ExecutionError, match="union too large"):
+            co.submit(strategies["residual"], x).result(timeout=TIMEOUT)
+        _check(co.submit(strategies["residual"], x), models["residual"], x, outputs_close)

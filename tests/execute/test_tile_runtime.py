@@ -174,3 +174,20 @@ def test_graphs_swapped_between_runs_on_the_same_engines() -> None:
             np.testing.assert_array_equal(out, _reference(parents, bias), err_msg=f"round {rnd}, {n} tiles")
             assert rt.n == n and rt.ran_on().min() >= 0
     rt.close()
+
+
+def test_a_new_graph_without_its_program_fails_loudly() -> None:
+    import torch
+
+    import pathweave
+    from pathweave.errors import ExecutionError
+    from pathweave.execute.tile_union import make_part, union
+    from pathweave.execute.tiles import TilesStrategy
+
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU()).eval()
+    strat = TilesStrategy(pathweave.capture(model, torch.randn(1, 3, 8, 8)), threads=2)
+    bigger = union([make_part(strat.graph, strat.new_program()) for _ in range(5)])
+    strat.runtime.set_graph(*bigger.graph)  # the old program's arrays are shorter than this graph
+    with pytest.raises(ExecutionError, match="failed in the native runtime"):
+        strat.runtime.run()
+    strat.close()

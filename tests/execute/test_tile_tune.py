@@ -50,3 +50,10 @@ def test_tuned_strategy_matches_eager(outputs_close) -> None:
     with torch.no_grad():
         outputs_close(strat(x), model(x), rtol=1e-4, atol_scale=1e-5)
     strat.close()
+
+
+def test_scale_with_asked_counts_is_refused() -> None:
+    captured = pathweave.capture(_net(), torch.randn(1, 3, 64, 64))
+    name = next(n.name for n in captured.gm.graph.nodes if n.op == "call_function")
+    with pytest.raises(InputError, match="cannot be used with tiles_per_layer"):
+        build_tile_graph(captured.gm, 2, scale={name: 2.0})

@@ -167,3 +167,18 @@ def test_pooling_matches_eager(kind: str, kw: dict, width: int, outputs_close) -
         got, want = strat(x), model(x)
         assert torch.equal(got.isnan(), want.isnan()) and bool(want.isnan().any())
     strat.close()
+
+
+class _WeightInput(torch.nn.Module):
+    def forward(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return F.conv2d(torch.relu(x), w, padding=1)  # the weight is an input: never packed at build time
+
+
+def test_a_weight_given_as_input_is_read_at_run_time(outputs_close) -> None:
+    x, w = torch.randn(1, 8, 9, 9), torch.randn(16, 8, 3, 3)
+    strat = TilesStrategy(pathweave.capture(_WeightInput(), x, w), threads=2)
+    for seed in range(2):
+        g = torch.Generator().manual_seed(seed)
+        x, w = torch.randn(1, 8, 9, 9, generator=g), torch.randn(16, 8, 3, 3, generator=g)
+        outputs_close(strat(x, w), _WeightInput()(x, w), rtol=1e-4, atol_scale=1e-5)
+    strat.close()

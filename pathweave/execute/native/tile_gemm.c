@@ -11,7 +11,6 @@
  */
 #include "tile_gemm.h"
 
-#include <immintrin.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -19,11 +18,15 @@
 
 #define PW_KC 384 /* k per block */
 #define PW_NC 240 /* columns per block: a block of B (PW_KC x PW_NC) stays in L2 */
-#define PW_PREFETCH_A 128
-#define PW_PREFETCH_B 8 /* rows of B ahead */ /* k ahead: the weights stream from memory once per inference */
+#define PW_PREFETCH_A 128 /* k ahead: the weights stream from memory once per inference */
+#define PW_PREFETCH_B 8   /* rows of B ahead */
 
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define PW_X86 1
+#include <immintrin.h>
 
 /* ---- AVX-512 -------------------------------------------------------------------------------------- */
 
@@ -167,6 +170,8 @@ panel_pass256(int64_t cols, int64_t kc, const float *a, const float *b, int64_t 
     }
 }
 
+#endif /* x86-64 */
+
 /* ---- any CPU -------------------------------------------------------------------------------------- */
 
 static void panel_pass_generic(int64_t cols, int64_t kc, const float *a, const float *b, int64_t ldb, float *c,
@@ -192,9 +197,11 @@ typedef void (*panel_fn)(int64_t, int64_t, const float *, const float *, int64_t
                          int, const float *, const float *, int);
 
 static panel_fn pick(const char **isa) {
+#ifdef PW_X86
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f")) return *isa = "avx512", panel_pass512;
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return *isa = "avx2", panel_pass256;
+#endif
     return *isa = "generic", panel_pass_generic;
 }
 
@@ -213,12 +220,14 @@ const char *pw_gemm_isa(void) {
 }
 
 int pw_gemm_force(const char *isa) {
-    __builtin_cpu_init();
     panel_fn fn = NULL;
     const char *name = NULL;
+#ifdef PW_X86
+    __builtin_cpu_init();
     if (!strcmp(isa, "avx512") && __builtin_cpu_supports("avx512f")) fn = panel_pass512, name = "avx512";
     if (!strcmp(isa, "avx2") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
         fn = panel_pass256, name = "avx2";
+#endif
     if (!strcmp(isa, "generic")) fn = panel_pass_generic, name = "generic";
     if (!fn) return 1;
     __atomic_store_n(&chosen_isa, name, __ATOMIC_RELAXED);

@@ -181,24 +181,27 @@ PW_HOT static void pool_separable(const float *xc, float *oc, const int64_t *L, 
     const int64_t H = L[S_XSHAPE + 2], W = L[S_XSHAPE + 3], OW = L[S_OSHAPE + 3];
     const int64_t kh = L[S_KH], kw = L[S_KW], sh = L[S_SH], sw = L[S_SW], ph = L[S_PH], pw = L[S_PW];
     const int64_t count_pad = L[S_COUNT_PAD], divisor = L[S_DIVISOR];
-    const int64_t span = (ow_hi - 1) * sw + kw; /* padded row positions the outputs read */
+    /* padded row positions the tile's outputs read: [q0, span); only the input columns behind them are
+     * read (the tile graph's edges cover exactly those; other columns may be another tile's to write) */
+    const int64_t q0 = ow_lo * sw, span = (ow_hi - 1) * sw + kw;
     const float fill = is_max ? -INFINITY : 0.0f;
     for (int64_t oh = oh_lo; oh < oh_hi; oh++) {
         const int64_t hs = oh * sh - ph;
         const int64_t h0 = hs > 0 ? hs : 0, h1 = hs + kh < H ? hs + kh : H;
-        for (int64_t q = 0; q < span; q++) row[q] = fill;
+        for (int64_t q = q0; q < span; q++) row[q] = fill;
         float *mid = row + pw; /* mid[iw] is input column iw */
         const int64_t wend = W < span - pw ? W : span - pw;
+        const int64_t wbeg = q0 - pw > 0 ? q0 - pw : 0;
         if (h0 < h1) {
             const float *x0 = xc + h0 * W;
-            for (int64_t iw = 0; iw < wend; iw++) mid[iw] = x0[iw];
+            for (int64_t iw = wbeg; iw < wend; iw++) mid[iw] = x0[iw];
         }
         for (int64_t ih = h0 + 1; ih < h1; ih++) {
             const float *xr = xc + ih * W;
             if (is_max)
-                for (int64_t iw = 0; iw < wend; iw++) mid[iw] = max_nan(mid[iw], xr[iw]);
+                for (int64_t iw = wbeg; iw < wend; iw++) mid[iw] = max_nan(mid[iw], xr[iw]);
             else
-                for (int64_t iw = 0; iw < wend; iw++) mid[iw] += xr[iw];
+                for (int64_t iw = wbeg; iw < wend; iw++) mid[iw] += xr[iw];
         }
         float *d = oc + oh * OW; /* the window's taps one after another, each over all outputs */
         for (int64_t ow = ow_lo; ow < ow_hi; ow++) d[ow] = row[ow * sw];

@@ -285,6 +285,8 @@ int pw_set_graph(pw_runtime *rt, int32_t n_tiles, const int32_t *p_ptr, const in
     } else {
         rt->n_tiles = n_tiles, rt->n_roots = 0;
         rt->p_ptr = p_ptr, rt->p_idx = p_idx, rt->c_ptr = c_ptr, rt->c_idx = c_idx, rt->op = op;
+        /* the program of the old graph does not fit the new one: layer tiles fail until pw_set_program */
+        rt->layers = NULL, rt->tile_layer = NULL, rt->tile_lo = NULL, rt->tile_hi = NULL;
         for (int32_t t = 0; t < n_tiles; t++) {
             rt->col[t] = col[t] < 0 ? 0 : (col[t] >= PW_MAX_COLS ? PW_MAX_COLS - 1 : col[t]);
             rt->ran_on[t] = -1;
