@@ -281,7 +281,16 @@ def _pack_b(row: np.ndarray, b: View, b_node: torch.fx.Node, graph: TileGraph, i
 
 
 def _packable(b: View, b_node: Any, alpha: float, out: tuple[int, ...]) -> bool:
-    return len(b.shape) == 2 and alpha == 1.0 and _constant(b_node) and b.shape[1] == out[-1]
+    """A constant 2-D B, no scale, and rows enough to fill a panel of the micro-kernels (a CNN head at
+    batch 1 is a matrix-vector product: 8 rows computed for 1)."""
+    rows = out[-2] if len(out) >= 2 else 1
+    return (
+        len(b.shape) == 2
+        and alpha == 1.0
+        and _constant(b_node)
+        and b.shape[1] == out[-1]
+        and rows >= PANEL_ROWS
+    )
 
 
 def _linear(
