@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 import torch.fx
 
-from .util import aten, residual_operand, sole_user
+from .util import added_operand, aten, residual_operand, sole_user
 
 
 def _matmul_add(
@@ -61,12 +61,10 @@ def _scale(node: torch.fx.Node | None, product: torch.fx.Node) -> float | None:
 def _broadcast_term(node: torch.fx.Node, add: torch.fx.Node | None) -> torch.fx.Node | None:
     """The other operand of ``add(node, m)`` (either order) when ``m`` is a float32 tensor that broadcasts
     to ``node``'s shape without widening it."""
-    if add is None or add.target != aten.add.Tensor or len(add.args) != 2 or add.kwargs:
+    found = added_operand(node, add)
+    if found is None:
         return None
-    other = add.args[1] if add.args[0] is node else add.args[0]
-    if not isinstance(other, torch.fx.Node) or other is node:
-        return None
-    a, b = other.meta.get("val"), node.meta.get("val")
+    other, a, b = found
     if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor) or a.dtype != b.dtype:
         return None
     if a.dim() > b.dim() or torch.broadcast_shapes(a.shape, b.shape) != b.shape:

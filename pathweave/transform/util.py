@@ -63,15 +63,24 @@ def sole_user(node: torch.fx.Node) -> torch.fx.Node | None:
     return next(iter(node.users)) if len(node.users) == 1 else None
 
 
-def residual_operand(node: torch.fx.Node, add: torch.fx.Node | None) -> torch.fx.Node | None:
-    """The other operand ``r`` of ``add(node, r)`` (either order) when an epilogue can take it: a plain
-    sum (no alpha) with ``r`` of ``node``'s own shape and dtype (no broadcast); else None."""
+def added_operand(node: torch.fx.Node, add: torch.fx.Node | None) -> tuple[torch.fx.Node, Any, Any] | None:
+    """For a plain tensor sum ``add(node, r)`` (either order, no alpha, ``r`` another node): ``r`` and the
+    two values (``r``'s, ``node``'s) an epilogue rule checks; else None."""
     if add is None or add.target != aten.add.Tensor or len(add.args) != 2 or add.kwargs:
         return None
     other = add.args[1] if add.args[0] is node else add.args[0]
     if not isinstance(other, torch.fx.Node) or other is node:
         return None
-    a, b = other.meta.get("val"), node.meta.get("val")
+    return other, other.meta.get("val"), node.meta.get("val")
+
+
+def residual_operand(node: torch.fx.Node, add: torch.fx.Node | None) -> torch.fx.Node | None:
+    """The other operand ``r`` of ``add(node, r)`` (either order) when an epilogue can take it: a plain
+    sum (no alpha) with ``r`` of ``node``'s own shape and dtype (no broadcast); else None."""
+    found = added_operand(node, add)
+    if found is None:
+        return None
+    other, a, b = found
     if a is None or b is None or tuple(a.shape) != tuple(b.shape) or a.dtype != b.dtype:
         return None
     return other
