@@ -36,7 +36,8 @@ S_POINTWISE, S_COUNT_PAD, S_DIVISOR, S_AUX, S_NAUX = 37, 38, 39, 40, 41
 S_WPACK, S_PROFILE = 42, 47
 #: rows per panel of packed convolution weights (native/tile_gemm.h)
 PANEL_ROWS = 8
-K_CONV, K_MAXPOOL, K_AVGPOOL, K_ADAPTIVE, K_LINEAR, K_EWISE, K_CAT = range(1, 8)
+K_CONV, K_MAXPOOL, K_AVGPOOL, K_ADAPTIVE, K_LINEAR, K_EWISE, K_CAT, K_AFFINE = range(1, 9)
+BATCH_NORMS = ("batch_norm", "_native_batch_norm_legit_no_training")
 ACTS = {"none": 0, "relu": 1, "gelu": 2, "tanh": 3}
 BINOPS = {"add": 1, "sub": 2, "mul": 3, "div": 4, "rsub": 5}
 UNARY = {"relu": "relu", "gelu": "gelu", "tanh": "tanh"}
@@ -268,6 +269,9 @@ def _describe(node: torch.fx.Node, row: np.ndarray, view: Any, keep: list, graph
     if name == "cat":
         _cat(node, args, row, view, keep)
         return 0
+    if name in BATCH_NORMS:
+        _batch_norm(node, args, row, view, keep)
+        return 0
     if name in BINOPS or name in UNARY:
         _ewise(node, name, args, row, view)
         return 0
@@ -423,6 +427,32 @@ def _ewise(node: torch.fx.Node, name: str, args: dict, row: np.ndarray, view: An
         row[S_SCALAR] = np.float64(float(b) * alpha).view(np.int64)
     else:
         raise _NoKernel(f"second operand {b!r}")
+
+
+def _batch_norm(node: torch.fx.Node, args: dict, row: np.ndarray, view: Any, keep: list) -> None:
+    """Inference batch norm (one not folded into a convolution) as x * scale + shift per channel, the
+    two made here from the running statistics, the weight, the bias and eps."""
+    if args.get("training"):
+        raise _NoKernel("training mode")
+    out = _shape(node)
+    if not 2 <= len(out) <= 4:
+        raise _NoKernel(f"a {len(out)}-D input")
+    stats = {}
+    for key in ("weight", "bias", "running_mean", "running_var"):
+        arg = args.get(key)
+        if isinstance(arg, torch.fx.Node) and not _constant(arg):
+            raise _NoKernel(f"{key} is not a constant")
+        stats[key] = None if arg is None else view(arg).array().astype(np.float64)
+    channels = out[1]
+    invstd = 1.0 / np.sqrt(stats["running_var"] + float(args["eps"]))
+    scale = invstd * (stats["weight"] if stats["weight"] is not None else 1.0)
+    shift = (stats["bias"] if stats["bias"] is not None else 0.0) - stats["running_mean"] * scale
+    scale, shift = (np.ascontiguousarray(np.broadcast_to(v, (channels,)), np.float32) for v in (scale, shift))
+    keep.extend((scale, shift))
+    x = view(args["input"])
+    row[S_OP], row[S_X], row[S_Y], row[S_BIAS] = K_AFFINE, x.address, scale.ctypes.data, shift.ctypes.data
+    row[S_XSTRIDE : S_XSTRIDE + 4] = _broadcast_strides(x, out)
+    row[S_YSTRIDE : S_YSTRIDE + 4] = [0, 1, 0, 0]  # the channel dim
 
 
 def _cat(node: torch.fx.Node, args: dict, row: np.ndarray, view: Any, keep: list) -> None:

@@ -182,3 +182,34 @@ def test_a_weight_given_as_input_is_read_at_run_time(outputs_close) -> None:
         x, w = torch.randn(1, 8, 9, 9, generator=g), torch.randn(16, 8, 3, 3, generator=g)
         outputs_close(strat(x, w), _WeightInput()(x, w), rtol=1e-4, atol_scale=1e-5)
     strat.close()
+
+
+class _LooseNorms(torch.nn.Module):
+    """Batch norms that cannot fold into a convolution: after a concat (DenseNet), without affine, and
+    on a 2-D input."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 5, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(8)
+        self.plain = torch.nn.BatchNorm2d(8, affine=False)
+        self.bn1d = torch.nn.BatchNorm1d(8)
+        for norm in (self.bn, self.plain, self.bn1d):
+            norm.running_mean.uniform_(-0.5, 0.5)
+            norm.running_var.uniform_(0.5, 1.5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.bn(torch.cat([self.conv(x), x], dim=1)))
+        y = self.plain(y) * 2.0
+        return self.bn1d(F.adaptive_avg_pool2d(y, 1).flatten(1))
+
+
+def test_batch_norms_not_after_a_convolution(outputs_close) -> None:
+    torch.manual_seed(0)
+    model = _LooseNorms().eval()
+    x = torch.randn(2, 3, 11, 13)
+    strat = TilesStrategy(pathweave.capture(model, x), threads=2, work_per_tile=2e4)
+    x = torch.randn(2, 3, 11, 13, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        outputs_close(strat(x), model(x), rtol=1e-4, atol_scale=1e-5)
+    strat.close()

@@ -381,6 +381,30 @@ PW_HOT static int ewise_tile(const int64_t *L, const int32_t *lo, const int32_t 
     return 0;
 }
 
+/* act(x * scale + shift): scale at S_Y and shift at S_BIAS, both read with the strides S_YSTRIDE */
+PW_HOT static int affine_tile(const int64_t *L, const int32_t *lo, const int32_t *hi) {
+    const float *x = ptr_f(L[S_X]), *scale = ptr_f(L[S_Y]), *shift = ptr_f(L[S_BIAS]);
+    float *out = ptr_w(L[S_OUT]);
+    const int64_t *os = L + S_OSHAPE, *xs = L + S_XSTRIDE, *ys = L + S_YSTRIDE;
+    const int64_t n = hi[3] - lo[3], sx = xs[3], sy = ys[3];
+    for (int64_t a = lo[0]; a < hi[0]; a++)
+        for (int64_t b = lo[1]; b < hi[1]; b++)
+            for (int64_t c = lo[2]; c < hi[2]; c++) {
+                float *d = out + ((a * os[1] + b) * os[2] + c) * os[3] + lo[3];
+                const float *xr = x + a * xs[0] + b * xs[1] + c * xs[2] + lo[3] * sx;
+                const int64_t at = a * ys[0] + b * ys[1] + c * ys[2] + lo[3] * sy;
+                const float *sr = scale + at, *hr = shift + at;
+                if (sy == 0) { /* one channel along the row (NCHW): two scalars */
+                    const float m = sr[0], k = hr[0];
+                    for (int64_t e = 0; e < n; e++) d[e] = xr[e * sx] * m + k;
+                } else {
+                    for (int64_t e = 0; e < n; e++) d[e] = xr[e * sx] * sr[e * sy] + hr[e * sy];
+                }
+                activate(d, n, (int)L[S_ACT]);
+            }
+    return 0;
+}
+
 /* aux records: (address, offset along dim S_GROUPS, size along it, stride0..3) per input */
 PW_HOT static int cat_tile(const int64_t *L, const int32_t *lo, const int32_t *hi) {
     const int64_t *aux = (const int64_t *)(intptr_t)L[S_AUX];
@@ -422,6 +446,7 @@ static int dispatch(const int64_t *layer, const int32_t *lo, const int32_t *hi, 
     case PW_K_LINEAR: return sgemm ? linear_tile(layer, lo, hi, sgemm) : 2;
     case PW_K_EWISE: return ewise_tile(layer, lo, hi);
     case PW_K_CAT: return cat_tile(layer, lo, hi);
+    case PW_K_AFFINE: return affine_tile(layer, lo, hi);
     case PW_K_EMBEDDING: return pw_embedding_tile(layer, lo, hi);
     case PW_K_LAYERNORM: return pw_layernorm_tile(layer, lo, hi);
     case PW_K_SOFTMAX: return pw_softmax_tile(layer, lo, hi);

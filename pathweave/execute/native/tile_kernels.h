@@ -23,6 +23,7 @@ enum {
     PW_K_LINEAR = 5,   /* linear (+bias, +act): GEMM with the weight transposed */
     PW_K_EWISE = 6,    /* element-wise: act(x op y), y a broadcast tensor or a scalar */
     PW_K_CAT = 7,      /* concatenation: copies from the inputs listed in an aux array */
+    PW_K_AFFINE = 8,   /* act(x * scale + shift), scale and shift broadcast (inference batch norm) */
     /* transformer kernels (tile_kernels_seq.c; their slots in tile_kernels_seq.h), numbered apart */
     PW_K_EMBEDDING = 32, /* gather table rows by int64/int32 indices */
     PW_K_LAYERNORM = 33, /* layer norm over the last dim */
