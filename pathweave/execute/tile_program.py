@@ -36,7 +36,7 @@ S_POINTWISE, S_COUNT_PAD, S_DIVISOR, S_AUX, S_NAUX = 37, 38, 39, 40, 41
 S_WPACK, S_PROFILE = 42, 47
 #: rows per panel of packed convolution weights (native/tile_gemm.h)
 PANEL_ROWS = 8
-K_CONV, K_MAXPOOL, K_AVGPOOL, K_ADAPTIVE, K_LINEAR, K_EWISE, K_CAT, K_AFFINE = range(1, 9)
+K_CONV, K_MAXPOOL, K_AVGPOOL, K_ADAPTIVE, K_LINEAR, K_EWISE, K_CAT, K_AFFINE, K_PAD = range(1, 10)
 BATCH_NORMS = ("batch_norm", "_native_batch_norm_legit_no_training")
 ACTS = {"none": 0, "relu": 1, "gelu": 2, "tanh": 3}
 BINOPS = {"add": 1, "sub": 2, "mul": 3, "div": 4, "rsub": 5}
@@ -272,6 +272,9 @@ def _describe(node: torch.fx.Node, row: np.ndarray, view: Any, keep: list, graph
     if name in BATCH_NORMS:
         _batch_norm(node, args, row, view, keep)
         return 0
+    if name in ("pad", "constant_pad_nd"):
+        _pad(node, args, row, view)
+        return 0
     if name in BINOPS or name in UNARY:
         _ewise(node, name, args, row, view)
         return 0
@@ -358,9 +361,12 @@ def _conv(
 
 
 def _pool(name: str, args: dict, row: np.ndarray, view: Any) -> None:
-    x = _contiguous(view(args["self"]), "input")
+    x = view(args["self"])  # a view is read through its strides, with adjacent columns
     if len(x.shape) != 4:
         raise _NoKernel("only 4-D inputs")
+    if x.strides[3] != 1 and x.shape[3] > 1:
+        raise _NoKernel(f"input columns are not adjacent (strides {x.strides})")
+    row[S_XSTRIDE : S_XSTRIDE + 4] = x.strides
     kernel = as_ints(args["kernel_size"], 2)
     stride = as_ints(args["stride"], 2) if args.get("stride") else kernel
     dilation = as_ints(args.get("dilation") or 1, 2)
@@ -453,6 +459,25 @@ def _batch_norm(node: torch.fx.Node, args: dict, row: np.ndarray, view: Any, kee
     row[S_OP], row[S_X], row[S_Y], row[S_BIAS] = K_AFFINE, x.address, scale.ctypes.data, shift.ctypes.data
     row[S_XSTRIDE : S_XSTRIDE + 4] = _broadcast_strides(x, out)
     row[S_YSTRIDE : S_YSTRIDE + 4] = [0, 1, 0, 0]  # the channel dim
+
+
+def _pad(node: torch.fx.Node, args: dict, row: np.ndarray, view: Any) -> None:
+    """Constant padding (``pad`` with mode "constant", ``constant_pad_nd``)."""
+    if (args.get("mode") or "constant") != "constant":
+        raise _NoKernel(f"mode {args.get('mode')!r}")
+    x = view(args.get("self", args.get("input")))
+    out = _shape(node)
+    if len(out) > 4:
+        raise _NoKernel("more than 4 dims")
+    pads = [int(p) for p in args["pad"]]
+    before = [0] * len(out)
+    for k in range(len(pads) // 2):  # pairs from the last dim backwards
+        before[len(out) - 1 - k] = pads[2 * k]
+    row[S_OP], row[S_X] = K_PAD, x.address
+    row[S_XSHAPE : S_XSHAPE + 4] = _pad4(list(x.shape), 1)
+    row[S_XSTRIDE : S_XSTRIDE + 4] = _pad4(list(x.strides), 0)
+    row[S_KH : S_KH + 4] = _pad4(before, 0)
+    row[S_SCALAR] = np.float64(float(args.get("value") or 0.0)).view(np.int64)
 
 
 def _cat(node: torch.fx.Node, args: dict, row: np.ndarray, view: Any, keep: list) -> None:

@@ -82,6 +82,13 @@ def _act(node: torch.fx.Node | None, gelu_tanh: bool = False) -> str | None:
     return _ACT_OPS[node.target]
 
 
+def _dense(residual: torch.fx.Node | None) -> bool:
+    """A residual the epilogue can read: a contiguous tensor (a sliced view, as NASNet's, stays a separate
+    element-wise add, which reads through strides)."""
+    val = residual.meta.get("val") if residual is not None else None
+    return isinstance(val, torch.Tensor) and val.is_contiguous()
+
+
 def propose(gm: torch.fx.GraphModule) -> list[Fuse]:
     """Each add joins one epilogue: of a shortcut add of two convolutions, the first one takes it."""
     found = []
@@ -93,7 +100,7 @@ def propose(gm: torch.fx.GraphModule) -> list[Fuse]:
         if user in claimed:
             continue
         if node.target == aten.conv2d.default:
-            if residual_operand(node, user) is not None:
+            if _dense(residual_operand(node, user)):
                 claimed.add(user)
                 after = sole_user(user)
                 act = _act(after)

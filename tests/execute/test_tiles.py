@@ -213,3 +213,33 @@ def test_batch_norms_not_after_a_convolution(outputs_close) -> None:
     with torch.no_grad():
         outputs_close(strat(x), model(x), rtol=1e-4, atol_scale=1e-5)
     strat.close()
+
+
+class _Shifted(torch.nn.Module):
+    """NASNet's tricks: pad then slice (pooling and a residual read a strided view), padding with a value
+    and cropping (negative pads)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(4, 4, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(x)
+        shifted = F.pad(y, (0, 1, 0, 1))[:, :, 1:, 1:]  # a view with rows W + 1 apart
+        a = F.avg_pool2d(shifted, 3, stride=2, padding=1, count_include_pad=False)
+        b = F.max_pool2d(shifted, 2)
+        c = self.conv(y) + shifted  # the residual is strided: not fused, a separate add
+        d = F.pad(c, (2, -1, -1, 3), value=0.5)
+        return torch.cat([a.flatten(1), b.flatten(1), d.flatten(1)], dim=1)
+
+
+def test_padding_and_strided_inputs(outputs_close) -> None:
+    torch.manual_seed(0)
+    model = _Shifted().eval()
+    x = torch.randn(2, 4, 9, 11)
+    strat = TilesStrategy(pathweave.capture(model, x), threads=2, work_per_tile=2e3)
+    for seed in range(2):
+        x = torch.randn(2, 4, 9, 11, generator=torch.Generator().manual_seed(seed))
+        with torch.no_grad():
+            outputs_close(strat(x), model(x), rtol=1e-4, atol_scale=1e-5)
+    strat.close()

@@ -178,7 +178,7 @@ static inline float max_nan(float acc, float v) { return ((v > acc) | (v != v)) 
  * is -inf for max and 0 for sums, so neither loop branches; the avg divisor is torch's rule. */
 PW_HOT static void pool_separable(const float *xc, float *oc, const int64_t *L, int64_t oh_lo, int64_t oh_hi,
                                   int64_t ow_lo, int64_t ow_hi, int is_max, float *row) {
-    const int64_t H = L[S_XSHAPE + 2], W = L[S_XSHAPE + 3], OW = L[S_OSHAPE + 3];
+    const int64_t H = L[S_XSHAPE + 2], W = L[S_XSHAPE + 3], OW = L[S_OSHAPE + 3], RS = L[S_XSTRIDE + 2];
     const int64_t kh = L[S_KH], kw = L[S_KW], sh = L[S_SH], sw = L[S_SW], ph = L[S_PH], pw = L[S_PW];
     const int64_t count_pad = L[S_COUNT_PAD], divisor = L[S_DIVISOR];
     /* padded row positions the tile's outputs read: [q0, span); only the input columns behind them are
@@ -193,11 +193,11 @@ PW_HOT static void pool_separable(const float *xc, float *oc, const int64_t *L, 
         const int64_t wend = W < span - pw ? W : span - pw;
         const int64_t wbeg = q0 - pw > 0 ? q0 - pw : 0;
         if (h0 < h1) {
-            const float *x0 = xc + h0 * W;
+            const float *x0 = xc + h0 * RS;
             for (int64_t iw = wbeg; iw < wend; iw++) mid[iw] = x0[iw];
         }
         for (int64_t ih = h0 + 1; ih < h1; ih++) {
-            const float *xr = xc + ih * W;
+            const float *xr = xc + ih * RS;
             if (is_max)
                 for (int64_t iw = wbeg; iw < wend; iw++) mid[iw] = max_nan(mid[iw], xr[iw]);
             else
@@ -233,19 +233,21 @@ PW_HOT static int pool_tile(const int64_t *L, const int32_t *lo, const int32_t *
     const int64_t kh = L[S_KH], kw = L[S_KW], sh = L[S_SH], sw = L[S_SW];
     const int64_t ph = L[S_PH], pw = L[S_PW], dh = L[S_DH], dw = L[S_DW];
     const int64_t count_pad = L[S_COUNT_PAD], divisor = L[S_DIVISOR];
+    const int64_t *xs = L + S_XSTRIDE; /* x may be a view: rows xs[2] apart, columns adjacent */
+    const int64_t RS = xs[2];
     if (O != C) return 1;
     const int64_t span = (hi[3] - 1) * sw + kw;
     if (dh == 1 && dw == 1 && span <= PW_POOL_ROW && pw + W <= PW_POOL_ROW && hi[3] > lo[3]) {
         float row[PW_POOL_ROW + 16];
         for (int64_t n = lo[0]; n < hi[0]; n++)
             for (int64_t c = lo[1]; c < hi[1]; c++)
-                pool_separable(x + (n * C + c) * H * W, out + (n * C + c) * OH * OW, L, lo[2], hi[2], lo[3], hi[3],
-                               is_max, row);
+                pool_separable(x + n * xs[0] + c * xs[1], out + (n * C + c) * OH * OW, L, lo[2], hi[2], lo[3],
+                               hi[3], is_max, row);
         return 0;
     }
     for (int64_t n = lo[0]; n < hi[0]; n++)
         for (int64_t c = lo[1]; c < hi[1]; c++) {
-            const float *xc = x + (n * C + c) * H * W;
+            const float *xc = x + n * xs[0] + c * xs[1];
             float *oc = out + (n * C + c) * OH * OW;
             for (int64_t oh = lo[2]; oh < hi[2]; oh++)
                 for (int64_t ow = lo[3]; ow < hi[3]; ow++) {
@@ -260,7 +262,7 @@ PW_HOT static int pool_tile(const int64_t *L, const int32_t *lo, const int32_t *
                     if (is_max) {
                         acc = -INFINITY;
                         for (int64_t i = i0; i < i1; i++) {
-                            const float *xr = xc + (hs + i * dh) * W + ws;
+                            const float *xr = xc + (hs + i * dh) * RS + ws;
                             for (int64_t j = j0; j < j1; j++) {
                                 const float v = xr[j * dw];
                                 acc = (v > acc || v != v) ? v : acc;
@@ -274,7 +276,7 @@ PW_HOT static int pool_tile(const int64_t *L, const int32_t *lo, const int32_t *
                         he = he < H ? he : H, we = we < W ? we : W;
                         float s = 0.0f;
                         for (int64_t ih = h0; ih < he; ih++)
-                            for (int64_t iw = w0; iw < we; iw++) s += xc[ih * W + iw];
+                            for (int64_t iw = w0; iw < we; iw++) s += xc[ih * RS + iw];
                         const int64_t div = divisor ? divisor : (count_pad ? pool : (he - h0) * (we - w0));
                         acc = s / (float)div;
                     }
@@ -405,6 +407,33 @@ PW_HOT static int affine_tile(const int64_t *L, const int32_t *lo, const int32_t
     return 0;
 }
 
+/* out[i] = x[i - before] where that is inside x, else the value (S_SCALAR); `before` per dim in the slots
+ * from S_KH (negative: cropping); x read through its strides */
+PW_HOT static int pad_tile(const int64_t *L, const int32_t *lo, const int32_t *hi) {
+    const float *x = ptr_f(L[S_X]);
+    float *out = ptr_w(L[S_OUT]);
+    const int64_t *os = L + S_OSHAPE, *xs = L + S_XSTRIDE, *xn = L + S_XSHAPE, *before = L + S_KH;
+    const float value = (float)as_double(L[S_SCALAR]);
+    /* the output columns [e0, e1) that read x, clipped to the tile */
+    int64_t e0 = before[3] > lo[3] ? before[3] : lo[3], e1 = before[3] + xn[3] < hi[3] ? before[3] + xn[3] : hi[3];
+    if (e1 < e0) e0 = e1 = lo[3];
+    for (int64_t a = lo[0]; a < hi[0]; a++)
+        for (int64_t b = lo[1]; b < hi[1]; b++)
+            for (int64_t c = lo[2]; c < hi[2]; c++) {
+                float *d = out + ((a * os[1] + b) * os[2] + c) * os[3];
+                const int64_t ia = a - before[0], ib = b - before[1], ic = c - before[2];
+                if (ia < 0 || ia >= xn[0] || ib < 0 || ib >= xn[1] || ic < 0 || ic >= xn[2]) {
+                    for (int64_t e = lo[3]; e < hi[3]; e++) d[e] = value;
+                    continue;
+                }
+                const float *src = x + ia * xs[0] + ib * xs[1] + ic * xs[2] - before[3] * xs[3];
+                for (int64_t e = lo[3]; e < e0; e++) d[e] = value;
+                for (int64_t e = e0; e < e1; e++) d[e] = src[e * xs[3]];
+                for (int64_t e = e1; e < hi[3]; e++) d[e] = value;
+            }
+    return 0;
+}
+
 /* aux records: (address, offset along dim S_GROUPS, size along it, stride0..3) per input */
 PW_HOT static int cat_tile(const int64_t *L, const int32_t *lo, const int32_t *hi) {
     const int64_t *aux = (const int64_t *)(intptr_t)L[S_AUX];
@@ -447,6 +476,7 @@ static int dispatch(const int64_t *layer, const int32_t *lo, const int32_t *hi, 
     case PW_K_EWISE: return ewise_tile(layer, lo, hi);
     case PW_K_CAT: return cat_tile(layer, lo, hi);
     case PW_K_AFFINE: return affine_tile(layer, lo, hi);
+    case PW_K_PAD: return pad_tile(layer, lo, hi);
     case PW_K_EMBEDDING: return pw_embedding_tile(layer, lo, hi);
     case PW_K_LAYERNORM: return pw_layernorm_tile(layer, lo, hi);
     case PW_K_SOFTMAX: return pw_softmax_tile(layer, lo, hi);

@@ -24,6 +24,7 @@ enum {
     PW_K_EWISE = 6,    /* element-wise: act(x op y), y a broadcast tensor or a scalar */
     PW_K_CAT = 7,      /* concatenation: copies from the inputs listed in an aux array */
     PW_K_AFFINE = 8,   /* act(x * scale + shift), scale and shift broadcast (inference batch norm) */
+    PW_K_PAD = 9,      /* constant padding: x placed at offsets S_KH..S_KH+3 (per dim), the rest a value */
     /* transformer kernels (tile_kernels_seq.c; their slots in tile_kernels_seq.h), numbered apart */
     PW_K_EMBEDDING = 32, /* gather table rows by int64/int32 indices */
     PW_K_LAYERNORM = 33, /* layer norm over the last dim */
