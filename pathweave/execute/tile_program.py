@@ -72,7 +72,7 @@ class TileProgram:
     keep: list[np.ndarray] = field(default_factory=list)  # weights, buffers, aux arrays the C side reads
 
 
-class _NoKernel(Exception):
+class NoKernel(Exception):
     pass
 
 
@@ -82,7 +82,7 @@ def _val(node: torch.fx.Node) -> Any:
     return val[0] if isinstance(val, (tuple, list)) and val else val
 
 
-def _shape(node: torch.fx.Node) -> tuple[int, ...]:
+def out_shape(node: torch.fx.Node) -> tuple[int, ...]:
     return tuple(int(d) for d in _val(node).shape)
 
 
@@ -105,9 +105,9 @@ def build_program(
     inputs = []
     for node in gm.graph.nodes:
         if node.op == "placeholder":  # float32, or ids and masks that only some kernels read (view dtypes)
-            bases[node] = np.zeros(_shape(node), dtype=_input_dtype(node))
+            bases[node] = np.zeros(out_shape(node), dtype=_input_dtype(node))
             inputs.append(bases[node])
-    sizes = [math.prod(_shape(nodes[str(name)])) for name in graph.layer_names]
+    sizes = [math.prod(out_shape(nodes[str(name)])) for name in graph.layer_names]
     arena = None
     if offsets is not None:
         end = max((int(o) + n for o, n in zip(offsets, sizes, strict=True)), default=0)
@@ -116,16 +116,16 @@ def build_program(
         node = nodes[str(name)]
         _float32(node)
         if arena is None:
-            bases[node] = np.zeros(_shape(node), dtype=np.float32)
+            bases[node] = np.zeros(out_shape(node), dtype=np.float32)
         else:
-            bases[node] = arena[offsets[i] : offsets[i] + sizes[i]].reshape(_shape(node))
+            bases[node] = arena[offsets[i] : offsets[i] + sizes[i]].reshape(out_shape(node))
 
     def view(arg: Any, dtypes: tuple[type, ...] = (np.float32,)) -> View:
         """Where ``arg`` lies; a kernel names the element types it reads (float32 unless it says)."""
         v = _resolve(gm, arg, plans, bases, keep)
         if v.base.dtype.type not in dtypes:
             names = ", ".join(np.dtype(d).name for d in dtypes)
-            raise _NoKernel(f"{arg.name} is {v.base.dtype}; the kernel reads {names}")
+            raise NoKernel(f"{arg.name} is {v.base.dtype}; the kernel reads {names}")
         return v
 
     rows = np.zeros((graph.num_layers, SLOTS), dtype=np.int64)
@@ -135,10 +135,10 @@ def build_program(
         node = nodes[str(name)]
         row = rows[i]
         row[S_OUT] = bases[node].ctypes.data
-        row[S_OSHAPE : S_OSHAPE + 4] = _pad4(_shape(node), 1)
+        row[S_OSHAPE : S_OSHAPE + 4] = _pad4(out_shape(node), 1)
         try:
             scratch = max(scratch, _describe(node, row, view, keep, graph, i))
-        except _NoKernel as exc:
+        except NoKernel as exc:
             failed[node.name] = f"{op_name(node)}: {exc}"
     if failed:
         lines = "\n".join(f"  {n}: {why}" for n, why in failed.items())
@@ -257,9 +257,9 @@ def _describe(node: torch.fx.Node, row: np.ndarray, view: Any, keep: list, graph
         _pool(name, args, row, view)
         return 0
     if name in ("adaptive_avg_pool2d", "_adaptive_avg_pool2d"):
-        x = _contiguous(view(args["self"]), "input")
+        x = dense_view(view(args["self"]), "input")
         if len(x.shape) != 4:
-            raise _NoKernel("only 4-D inputs")
+            raise NoKernel("only 4-D inputs")
         row[S_OP], row[S_X] = K_ADAPTIVE, x.address
         row[S_XSHAPE : S_XSHAPE + 4] = x.shape
         return 0
@@ -278,12 +278,12 @@ def _describe(node: torch.fx.Node, row: np.ndarray, view: Any, keep: list, graph
     if name in BINOPS or name in UNARY:
         _ewise(node, name, args, row, view)
         return 0
-    raise _NoKernel("no kernel for this op")
+    raise NoKernel("no kernel for this op")
 
 
-def _contiguous(v: View, what: str) -> View:
+def dense_view(v: View, what: str) -> View:
     if not v.contiguous:
-        raise _NoKernel(f"{what} is not contiguous (strides {v.strides} for shape {v.shape})")
+        raise NoKernel(f"{what} is not contiguous (strides {v.strides} for shape {v.shape})")
     return v
 
 
@@ -302,7 +302,7 @@ def pack_weights(w: np.ndarray, groups: int) -> np.ndarray | None:
     return np.ascontiguousarray(padded.reshape(groups * panels, PANEL_ROWS, k).transpose(0, 2, 1))
 
 
-def _constant(node: Any) -> bool:
+def is_constant(node: Any) -> bool:
     """Whether ``node`` is a constant (a weight), directly or through views of one: only constants may be
     packed at build time (a weight that is an input or a layer's output changes with every run)."""
     while isinstance(node, torch.fx.Node) and node.op == "call_function" and len(node.all_input_nodes) == 1:
@@ -315,7 +315,7 @@ def _constant(node: Any) -> bool:
 def _packed(weight: torch.fx.Node, w: View, groups: int) -> np.ndarray | None:
     """The packed weights, made once per weight node and shared by every program of the graph; None for
     a weight that is not a constant (it keeps the sgemm path, which reads it at run time)."""
-    if not _constant(weight):
+    if not is_constant(weight):
         return None
     cached = weight.meta.get(PACKED_WEIGHTS)
     if cached is None or cached.how != groups:
@@ -327,17 +327,17 @@ def _packed(weight: torch.fx.Node, w: View, groups: int) -> np.ndarray | None:
 def _conv(
     node: torch.fx.Node, args: dict, row: np.ndarray, view: Any, graph: TileGraph, i: int, keep: list
 ) -> int:
-    x = _contiguous(view(args["input"]), "input")
-    w = _contiguous(view(args["weight"]), "weight")
+    x = dense_view(view(args["input"]), "input")
+    w = dense_view(view(args["weight"]), "weight")
     if len(x.shape) != 4 or isinstance(args["padding"], str):
-        raise _NoKernel("2-D convolutions with numeric padding only")
+        raise NoKernel("2-D convolutions with numeric padding only")
     row[S_OP], row[S_ACT], row[S_X], row[S_W] = K_CONV, ACTS[args.get("act") or "none"], x.address, w.address
     if args.get("bias") is not None:
-        row[S_BIAS] = _contiguous(view(args["bias"]), "bias").address
+        row[S_BIAS] = dense_view(view(args["bias"]), "bias").address
     if args.get("residual") is not None:
-        res = _contiguous(view(args["residual"]), "residual")
-        if res.shape != _shape(node):
-            raise _NoKernel("residual of another shape")
+        res = dense_view(view(args["residual"]), "residual")
+        if res.shape != out_shape(node):
+            raise NoKernel("residual of another shape")
         row[S_Y] = res.address
     row[S_XSHAPE : S_XSHAPE + 4] = x.shape
     kh, kw = w.shape[2], w.shape[3]
@@ -347,10 +347,10 @@ def _conv(
     if packed is not None:
         keep.append(packed)
         row[S_WPACK] = packed.ctypes.data
-    out = _shape(node)
+    out = out_shape(node)
     lo, hi = graph.layer_tile_start[i], graph.layer_tile_start[i + 1]
     if np.any(graph.tile_lo[lo:hi, 3] != 0) or np.any(graph.tile_hi[lo:hi, 3] != out[3]):
-        raise _NoKernel("tiles must span whole output rows")
+        raise NoKernel("tiles must span whole output rows")
     # a 1x1 stride-1 convolution multiplies the input as it lies (no im2col, no scratch); the kernel
     # takes this decision from the row, so the scratch sized here always fits what it does
     row[S_POINTWISE] = kh == kw == 1 and (sh, sw, ph, pw) == (1, 1, 0, 0) and out[2:] == x.shape[2:]
@@ -363,9 +363,9 @@ def _conv(
 def _pool(name: str, args: dict, row: np.ndarray, view: Any) -> None:
     x = view(args["self"])  # a view is read through its strides, with adjacent columns
     if len(x.shape) != 4:
-        raise _NoKernel("only 4-D inputs")
+        raise NoKernel("only 4-D inputs")
     if x.strides[3] != 1 and x.shape[3] > 1:
-        raise _NoKernel(f"input columns are not adjacent (strides {x.strides})")
+        raise NoKernel(f"input columns are not adjacent (strides {x.strides})")
     row[S_XSTRIDE : S_XSTRIDE + 4] = x.strides
     kernel = as_ints(args["kernel_size"], 2)
     stride = as_ints(args["stride"], 2) if args.get("stride") else kernel
@@ -379,11 +379,11 @@ def _pool(name: str, args: dict, row: np.ndarray, view: Any) -> None:
 
 
 def _linear(node: torch.fx.Node, args: dict, row: np.ndarray, view: Any) -> None:
-    x = _contiguous(view(args["input"]), "input")
-    w = _contiguous(view(args["weight"]), "weight")
-    out = _shape(node)
+    x = dense_view(view(args["input"]), "input")
+    w = dense_view(view(args["weight"]), "weight")
+    out = out_shape(node)
     if not 2 <= len(out) <= 4:
-        raise _NoKernel(f"{len(out)}-D output")
+        raise NoKernel(f"{len(out)}-D output")
     row[S_OP], row[S_ACT], row[S_X], row[S_W] = (
         K_LINEAR,
         ACTS[args.get("act") or "none"],
@@ -391,7 +391,7 @@ def _linear(node: torch.fx.Node, args: dict, row: np.ndarray, view: Any) -> None
         w.address,
     )
     if args.get("bias") is not None:
-        row[S_BIAS] = _contiguous(view(args["bias"]), "bias").address
+        row[S_BIAS] = dense_view(view(args["bias"]), "bias").address
     row[S_XSHAPE] = x.shape[-1]
     row[S_GROUPS] = len(out)
 
@@ -404,22 +404,22 @@ def _broadcast_strides(v: View, out: tuple[int, ...]) -> list[int]:
 
 
 def _ewise(node: torch.fx.Node, name: str, args: dict, row: np.ndarray, view: Any) -> None:
-    out = _shape(node)
+    out = out_shape(node)
     if len(out) > 4:
-        raise _NoKernel("more than 4 dims")
+        raise NoKernel("more than 4 dims")
     row[S_OP] = K_EWISE
     if name in UNARY:
         if name == "gelu" and args.get("approximate", "none") != "none":
-            raise _NoKernel("tanh-approximated gelu")
+            raise NoKernel("tanh-approximated gelu")
         row[S_ACT] = ACTS[UNARY[name]]
         row[S_XSTRIDE : S_XSTRIDE + 4] = _broadcast_strides(x := view(args["self"]), out)
         row[S_X] = x.address
         return
     a, b = args.get("self", args.get("input")), args.get("other")
     if name == "rsub" and (args.get("alpha") or 1) != 1:
-        raise _NoKernel("rsub with alpha")
+        raise NoKernel("rsub with alpha")
     if not isinstance(a, torch.fx.Node):
-        raise _NoKernel("a scalar first operand")
+        raise NoKernel("a scalar first operand")
     x = view(a)
     row[S_X], row[S_BINOP] = x.address, BINOPS[name]
     row[S_XSTRIDE : S_XSTRIDE + 4] = _broadcast_strides(x, out)
@@ -432,22 +432,22 @@ def _ewise(node: torch.fx.Node, name: str, args: dict, row: np.ndarray, view: An
         alpha = float(args.get("alpha") or 1.0)
         row[S_SCALAR] = np.float64(float(b) * alpha).view(np.int64)
     else:
-        raise _NoKernel(f"second operand {b!r}")
+        raise NoKernel(f"second operand {b!r}")
 
 
 def _batch_norm(node: torch.fx.Node, args: dict, row: np.ndarray, view: Any, keep: list) -> None:
     """Inference batch norm (one not folded into a convolution) as x * scale + shift per channel, the
     two made here from the running statistics, the weight, the bias and eps."""
     if args.get("training"):
-        raise _NoKernel("training mode")
-    out = _shape(node)
+        raise NoKernel("training mode")
+    out = out_shape(node)
     if not 2 <= len(out) <= 4:
-        raise _NoKernel(f"a {len(out)}-D input")
+        raise NoKernel(f"a {len(out)}-D input")
     stats = {}
     for key in ("weight", "bias", "running_mean", "running_var"):
         arg = args.get(key)
-        if isinstance(arg, torch.fx.Node) and not _constant(arg):
-            raise _NoKernel(f"{key} is not a constant")
+        if isinstance(arg, torch.fx.Node) and not is_constant(arg):
+            raise NoKernel(f"{key} is not a constant")
         stats[key] = None if arg is None else view(arg).array().astype(np.float64)
     channels = out[1]
     invstd = 1.0 / np.sqrt(stats["running_var"] + float(args["eps"]))
@@ -464,11 +464,11 @@ def _batch_norm(node: torch.fx.Node, args: dict, row: np.ndarray, view: Any, kee
 def _pad(node: torch.fx.Node, args: dict, row: np.ndarray, view: Any) -> None:
     """Constant padding (``pad`` with mode "constant", ``constant_pad_nd``)."""
     if (args.get("mode") or "constant") != "constant":
-        raise _NoKernel(f"mode {args.get('mode')!r}")
+        raise NoKernel(f"mode {args.get('mode')!r}")
     x = view(args.get("self", args.get("input")))
-    out = _shape(node)
+    out = out_shape(node)
     if len(out) > 4:
-        raise _NoKernel("more than 4 dims")
+        raise NoKernel("more than 4 dims")
     pads = [int(p) for p in args["pad"]]
     before = [0] * len(out)
     for k in range(len(pads) // 2):  # pairs from the last dim backwards
@@ -481,10 +481,10 @@ def _pad(node: torch.fx.Node, args: dict, row: np.ndarray, view: Any) -> None:
 
 
 def _cat(node: torch.fx.Node, args: dict, row: np.ndarray, view: Any, keep: list) -> None:
-    out = _shape(node)
+    out = out_shape(node)
     nd = len(out)
     if nd > 4:
-        raise _NoKernel("more than 4 dims")
+        raise NoKernel("more than 4 dims")
     dim = args["dim"] % nd
     records, offset = [], 0
     for t in args["tensors"]:

@@ -37,11 +37,11 @@ from .tile_program import (
     S_XSTRIDE,
     S_Y,
     S_YSTRIDE,
+    NoKernel,
     View,
-    _constant,
-    _contiguous,
-    _NoKernel,
-    _shape,
+    dense_view,
+    is_constant,
+    out_shape,
 )
 
 SQ_Z, SQ_YSCALAR = S_W, S_ALPHA
@@ -74,14 +74,14 @@ def _front(values: list[int] | tuple[int, ...], fill: int) -> list[int]:
 def _over(v: View, out: tuple[int, ...]) -> list[int]:
     """``v``'s strides over the output's index space, padded at the front (0 where it broadcasts)."""
     if len(v.shape) > len(out):
-        raise _NoKernel(f"an operand of shape {v.shape} for an output of shape {out}")
+        raise NoKernel(f"an operand of shape {v.shape} for an output of shape {out}")
     own = [s if n != 1 else 0 for s, n in zip(v.strides, v.shape, strict=True)]
     return _front([0] * (len(out) - len(v.shape)) + own, 0)
 
 
 def _start(row: np.ndarray, code: int, out: tuple[int, ...]) -> None:
     if not 1 <= len(out) <= 4:
-        raise _NoKernel(f"a {len(out)}-D output (these kernels take 1 to 4 dims)")
+        raise NoKernel(f"a {len(out)}-D output (these kernels take 1 to 4 dims)")
     row[S_OP], row[SQ_RANK] = code, len(out)
 
 
@@ -95,11 +95,11 @@ def _double(value: float) -> np.int64:
 def _embedding(
     node: torch.fx.Node, args: dict, row: np.ndarray, view: View_, graph: TileGraph, i: int
 ) -> int:
-    table = _contiguous(view(args["weight"]), "weight")
+    table = dense_view(view(args["weight"]), "weight")
     ids = view(args["indices"], INDICES)
-    out = _shape(node)
+    out = out_shape(node)
     if len(table.shape) != 2:
-        raise _NoKernel("a table that is not 2-D")
+        raise NoKernel("a table that is not 2-D")
     _start(row, K_EMBEDDING, out)
     row[S_W], row[SQ_ROWS] = table.address, table.shape[0]
     row[S_X], row[SQ_DTYPE] = ids.address, DTYPES[ids.base.dtype.type]
@@ -109,11 +109,11 @@ def _embedding(
 
 def _row_input(node: torch.fx.Node, x: View, row: np.ndarray, code: int) -> tuple[int, ...]:
     """A kernel over whole rows of the last dim: x read at its strides, which must be 1 along that dim."""
-    out = _shape(node)
+    out = out_shape(node)
     if x.shape != out:
-        raise _NoKernel(f"input of shape {x.shape} for an output of shape {out}")
+        raise NoKernel(f"input of shape {x.shape} for an output of shape {out}")
     if out and out[-1] > 1 and x.strides[-1] != 1:
-        raise _NoKernel("the last dim of the input is strided")
+        raise NoKernel("the last dim of the input is strided")
     _start(row, code, out)
     row[S_X] = x.address
     row[S_XSTRIDE : S_XSTRIDE + 4] = _over(x, out)
@@ -124,24 +124,24 @@ def _layer_norm(
     node: torch.fx.Node, args: dict, row: np.ndarray, view: View_, graph: TileGraph, i: int
 ) -> int:
     if len(args["normalized_shape"]) != 1:
-        raise _NoKernel("normalised over more than the last dim")
+        raise NoKernel("normalised over more than the last dim")
     out = _row_input(node, view(args["input"]), row, K_LAYERNORM)
     for slot, key in ((S_W, "weight"), (S_BIAS, "bias")):
         if args.get(key) is not None:
-            p = _contiguous(view(args[key]), key)
+            p = dense_view(view(args[key]), key)
             if p.shape != out[-1:]:
-                raise _NoKernel(f"{key} of shape {p.shape}")
+                raise NoKernel(f"{key} of shape {p.shape}")
             row[slot] = p.address
     row[S_SCALAR] = _double(float(args["eps"]))
     return 0
 
 
 def _softmax(node: torch.fx.Node, args: dict, row: np.ndarray, view: View_, graph: TileGraph, i: int) -> int:
-    nd = len(_shape(node))
+    nd = len(out_shape(node))
     if nd == 0 or args["dim"] % nd != nd - 1:
-        raise _NoKernel("softmax over a dim other than the last")
+        raise NoKernel("softmax over a dim other than the last")
     if args.get("dtype") is not None or args.get("half_to_float"):
-        raise _NoKernel("softmax with a dtype")
+        raise NoKernel("softmax with a dtype")
     _row_input(node, view(args["self"]), row, K_SOFTMAX)
     return 0
 
@@ -151,7 +151,7 @@ def _gelu(
 ) -> int | None:
     if args.get("approximate", "none") != "tanh":
         return None  # the erf form: the element-wise kernel
-    out = _shape(node)
+    out = out_shape(node)
     x = view(args["self"])
     _start(row, K_MAP, out)
     row[S_X], row[S_ACT] = x.address, SEQ_ACTS["gelu_tanh"]
@@ -165,7 +165,7 @@ def _where(node: torch.fx.Node, args: dict, row: np.ndarray, view: View_, graph:
         cond, x, y = args["mask"], args["value"], args["self"]
     else:
         cond, x, y = args["condition"], args["self"], args["other"]
-    out = _shape(node)
+    out = out_shape(node)
     _start(row, K_WHERE, out)
     c = view(cond, (np.bool_,))
     row[SQ_Z], row[SQ_DTYPE] = c.address, DTYPES[np.bool_]
@@ -178,13 +178,13 @@ def _where(node: torch.fx.Node, args: dict, row: np.ndarray, view: View_, graph:
         elif isinstance(operand, (int, float, bool)):
             row[scalar] = _double(float(operand))
         else:
-            raise _NoKernel(f"operand {operand!r}")
+            raise NoKernel(f"operand {operand!r}")
     return 0
 
 
 def _convert(node: torch.fx.Node, args: dict, row: np.ndarray, view: View_, graph: TileGraph, i: int) -> int:
     """to / _to_copy / type_as into float32 (the output's type is checked by build_program)."""
-    out = _shape(node)
+    out = out_shape(node)
     x = view(args["self"], tuple(DTYPES))
     _start(row, K_CONVERT, out)
     row[S_X], row[SQ_DTYPE] = x.address, DTYPES[x.base.dtype.type]
@@ -195,9 +195,9 @@ def _convert(node: torch.fx.Node, args: dict, row: np.ndarray, view: View_, grap
 def _copy(node: torch.fx.Node, args: dict, row: np.ndarray, view: View_, graph: TileGraph, i: int) -> int:
     """A reshape that tile_ops made a layer because it cannot view its input: copy in row-major order."""
     x = view(args["self"])
-    out = _shape(node)
+    out = out_shape(node)
     if len(x.shape) > 4:
-        raise _NoKernel(f"a {len(x.shape)}-D input")
+        raise NoKernel(f"a {len(x.shape)}-D input")
     _start(row, K_COPY, out)
     row[S_X] = x.address
     row[S_XSHAPE : S_XSHAPE + 4] = _front(x.shape, 1)
@@ -238,10 +238,10 @@ def _matmul(node: torch.fx.Node, args: dict, row: np.ndarray, view: View_, graph
     a_node, b_node, z_node, alpha, beta = _operands(args)
     a, b = view(a_node), view(b_node)
     if len(a.shape) < 2 or len(b.shape) < 2:
-        raise _NoKernel("1-D operands")
+        raise NoKernel("1-D operands")
     if a.shape[-1] != b.shape[-2]:
-        raise _NoKernel(f"operands of shapes {a.shape} and {b.shape}")
-    out = _shape(node)
+        raise NoKernel(f"operands of shapes {a.shape} and {b.shape}")
+    out = out_shape(node)
     _start(row, K_MATMUL, out)
     a_strides = [*_batch(a, out), a.strides[-2], a.strides[-1]]
     scratch = _gemm(row, graph, i, out, a, a_strides, b, [*_batch(b, out), b.strides[-2], b.strides[-1]])
@@ -254,9 +254,9 @@ def _matmul(node: torch.fx.Node, args: dict, row: np.ndarray, view: View_, graph
         row[SQ_Z], row[SQ_YSCALAR] = z.address, _double(beta)
         row[SQ_ZSTRIDE : SQ_ZSTRIDE + 4] = _over(z, out)
     if args.get("bias") is not None:
-        bias = _contiguous(view(args["bias"]), "bias")
+        bias = dense_view(view(args["bias"]), "bias")
         if bias.shape != out[-1:]:
-            raise _NoKernel(f"a bias of shape {bias.shape}")
+            raise NoKernel(f"a bias of shape {bias.shape}")
         row[S_BIAS] = bias.address
     return scratch
 
@@ -287,7 +287,7 @@ def _packable(b: View, b_node: Any, alpha: float, out: tuple[int, ...]) -> bool:
     return (
         len(b.shape) == 2
         and alpha == 1.0
-        and _constant(b_node)
+        and is_constant(b_node)
         and b.shape[1] == out[-1]
         and rows >= PANEL_ROWS
     )
@@ -301,14 +301,14 @@ def _linear(
     kernel."""
     act = args.get("act") or "none"
     x = view(args["input"])
-    if act in PLAIN_ACTS and x.contiguous and not _constant(args["weight"]):
+    if act in PLAIN_ACTS and x.contiguous and not is_constant(args["weight"]):
         return None
     if act not in SEQ_ACTS:
-        raise _NoKernel(f"activation {act}")
+        raise NoKernel(f"activation {act}")
     w = view(args["weight"])
     if len(x.shape) < 2 or len(w.shape) != 2 or w.shape[1] != x.shape[-1]:
-        raise _NoKernel(f"a weight of shape {w.shape} for an input of shape {x.shape}")
-    out = _shape(node)
+        raise NoKernel(f"a weight of shape {w.shape} for an input of shape {x.shape}")
+    out = out_shape(node)
     _start(row, K_MATMUL, out)
     x_strides = [*_batch(x, out), x.strides[-2], x.strides[-1]]
     scratch = _gemm(row, graph, i, out, x, x_strides, w, [0, 0, w.strides[1], w.strides[0]])
@@ -318,7 +318,7 @@ def _linear(
         scratch = max(scratch, _panel_rows(graph, i, out) * w.shape[1])
     row[S_SCALAR], row[S_ACT] = _double(1.0), SEQ_ACTS[act]
     if args.get("bias") is not None:
-        row[S_BIAS] = _contiguous(view(args["bias"]), "bias").address
+        row[S_BIAS] = dense_view(view(args["bias"]), "bias").address
     return scratch
 
 
