@@ -73,7 +73,7 @@ class TileProgram:
 
 
 class NoKernel(Exception):
-    pass
+    """A layer the native kernels cannot run; build_program collects them into one UnsupportedError."""
 
 
 def _val(node: torch.fx.Node) -> Any:
