@@ -19,7 +19,7 @@ import torch
 import torch.fx
 import torch.nn.functional as F
 
-from .util import aten, conv_args, residual_operand, sole_user
+from .util import aten, conv_args, linear_args, replace_chain, residual_operand, sole_user
 
 ACTS = ("none", "relu", "gelu", "tanh", "gelu_tanh")
 _ACT_OPS = {aten.relu.default: "relu", aten.gelu.default: "gelu", aten.tanh.default: "tanh"}
@@ -128,11 +128,6 @@ def apply(gm: torch.fx.GraphModule, matches: list[Fuse]) -> None:
                     (x, w, b, residual, stride, padding, dilation, int(groups), m.act_name),
                 )
             else:
-                x, w = layer.args[0], layer.args[1]
-                b = layer.args[2] if len(layer.args) > 2 else layer.kwargs.get("bias")
+                x, w, b = linear_args(layer)
                 fused = gm.graph.call_function(torch.ops.pathweave.linear_act.default, (x, w, b, m.act_name))
-        fused.meta = dict(last.meta)
-        last.replace_all_uses_with(fused)
-        for n in (act, add, layer):
-            if n is not None:
-                gm.graph.erase_node(n)
+        replace_chain(gm, fused, (act, add, layer))

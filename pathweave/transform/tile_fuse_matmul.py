@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 import torch.fx
 
-from .util import added_operand, aten, residual_operand, sole_user
+from .util import added_operand, aten, linear_args, replace_chain, residual_operand, sole_user
 
 
 def _matmul_add(
@@ -106,8 +106,7 @@ def apply(gm: torch.fx.GraphModule, matches: list[FuseMatmul]) -> None:
         last = add or scale or layer
         with gm.graph.inserting_before(last):
             if layer.target == aten.linear.default:
-                x, w = layer.args[0], layer.args[1]
-                bias = layer.args[2] if len(layer.args) > 2 else layer.kwargs.get("bias")
+                x, w, bias = linear_args(layer)
                 w_t = gm.graph.call_function(aten.t.default, (w,))
                 w_t.meta["val"] = torch.empty_like(w.meta["val"], device="meta").t()
                 a, b, residual = x, w_t, residual_operand(layer, add)
@@ -116,8 +115,4 @@ def apply(gm: torch.fx.GraphModule, matches: list[FuseMatmul]) -> None:
                 residual = _broadcast_term(scale or layer, add) if add is not None else None
             op = torch.ops.pathweave.matmul_add.default
             fused = gm.graph.call_function(op, (a, b, bias, residual, m.alpha))
-        fused.meta = dict(last.meta)
-        last.replace_all_uses_with(fused)
-        for n in (add, scale, layer):
-            if n is not None:
-                gm.graph.erase_node(n)
+        replace_chain(gm, fused, (add, scale, layer))

@@ -59,6 +59,25 @@ def conv_args(node: torch.fx.Node) -> list[Any]:
     return args
 
 
+def linear_args(node: torch.fx.Node) -> tuple[Any, Any, Any]:
+    """aten.linear's input, weight and bias (None when absent)."""
+    bias = node.args[2] if len(node.args) > 2 else node.kwargs.get("bias")
+    return node.args[0], node.args[1], bias
+
+
+def replace_chain(
+    gm: torch.fx.GraphModule, fused: torch.fx.Node, chain: tuple[torch.fx.Node | None, ...]
+) -> None:
+    """``fused`` takes the place of a chain of nodes (last first): it gets the last one's meta and users,
+    and the chain is erased."""
+    last = next(n for n in chain if n is not None)
+    fused.meta = dict(last.meta)
+    last.replace_all_uses_with(fused)
+    for n in chain:
+        if n is not None:
+            gm.graph.erase_node(n)
+
+
 def sole_user(node: torch.fx.Node) -> torch.fx.Node | None:
     return next(iter(node.users)) if len(node.users) == 1 else None
 
