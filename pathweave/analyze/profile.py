@@ -14,7 +14,9 @@ from ..machine import cache_dir, machine_key, read_cache, write_cache
 from ..meta import TIME_US
 
 
-class _TimingInterpreter(torch.fx.Interpreter):
+class NodeTimer(torch.fx.Interpreter):
+    """Runs a graph node by node and keeps each node's wall times in microseconds (``times[name]``)."""
+
     def __init__(self, gm: torch.fx.GraphModule) -> None:
         super().__init__(gm, garbage_collect_values=True)
         self.times: dict[str, list[float]] = {}
@@ -31,7 +33,7 @@ def measure_node_times(captured: Captured, repeats: int = 5, use_cache: bool = T
     path = cache_dir() / "profiles" / f"{captured.graph_hash()}-{machine_key()}.json"
     times = _load(path) if use_cache else None
     if times is None:
-        interp = _TimingInterpreter(captured.gm)
+        interp = NodeTimer(captured.gm)
         with torch.no_grad():
             for _ in range(repeats + 1):
                 interp.run(*captured.example_inputs)
