@@ -243,3 +243,27 @@ def test_padding_and_strided_inputs(outputs_close) -> None:
         with torch.no_grad():
             outputs_close(strat(x), model(x), rtol=1e-4, atol_scale=1e-5)
     strat.close()
+
+
+class _Depthwise(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Conv2d(6, 6, 3, padding=1, groups=6)  # depthwise, stride 1
+        self.b = torch.nn.Conv2d(6, 12, 5, stride=2, padding=2, groups=6)  # multiplier 2, stride 2
+        self.c = torch.nn.Conv2d(12, 12, 3, padding=2, dilation=2, groups=12, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.a(x)) + x  # the residual goes to the epilogue
+        return self.c(torch.relu(self.b(y)))
+
+
+def test_depthwise_convolutions(outputs_close) -> None:
+    torch.manual_seed(0)
+    model = _Depthwise().eval()
+    x = torch.randn(2, 6, 13, 17)
+    strat = TilesStrategy(pathweave.capture(model, x), threads=2, work_per_tile=2e3)
+    for seed in range(2):
+        x = torch.randn(2, 6, 13, 17, generator=torch.Generator().manual_seed(seed))
+        with torch.no_grad():
+            outputs_close(strat(x), model(x), rtol=1e-4, atol_scale=1e-5)
+    strat.close()
