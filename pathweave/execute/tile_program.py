@@ -36,11 +36,11 @@ S_POINTWISE, S_COUNT_PAD, S_DIVISOR, S_AUX, S_NAUX = 37, 38, 39, 40, 41
 S_WPACK, S_PROFILE = 42, 47
 #: rows per panel of packed convolution weights (native/tile_gemm.h)
 PANEL_ROWS = 8
-K_CONV, K_MAXPOOL, K_AVGPOOL, K_ADAPTIVE, K_LINEAR, K_EWISE, K_CAT, K_AFFINE, K_PAD = range(1, 10)
+K_CONV, K_MAXPOOL, K_AVGPOOL, K_ADAPTIVE, K_LINEAR, K_EWISE, K_CAT, K_AFFINE, K_PAD, K_SUM = range(1, 11)
 BATCH_NORMS = ("batch_norm", "_native_batch_norm_legit_no_training")
-ACTS = {"none": 0, "relu": 1, "gelu": 2, "tanh": 3}
+ACTS = {"none": 0, "relu": 1, "gelu": 2, "tanh": 3, "sigmoid": 5}  # 4: tile_program_seq's tanh GELU
 BINOPS = {"add": 1, "sub": 2, "mul": 3, "div": 4, "rsub": 5}
-UNARY = {"relu": "relu", "gelu": "gelu", "tanh": "tanh"}
+UNARY = {"relu": "relu", "gelu": "gelu", "tanh": "tanh", "sigmoid": "sigmoid"}
 
 
 @dataclass(frozen=True)
@@ -266,8 +266,11 @@ def _describe(node: torch.fx.Node, row: np.ndarray, view: Any, keep: list, graph
     if name in ("linear", "linear_act"):
         _linear(node, args, row, view)
         return 0
-    if name == "cat":
-        _cat(node, args, row, view, keep)
+    if name in ("cat", "stack"):
+        _cat(node, args, row, view, keep, stack=name == "stack")
+        return 0
+    if name == "sum":
+        _sum(node, args, row, view)
         return 0
     if name in BATCH_NORMS:
         _batch_norm(node, args, row, view, keep)
@@ -480,7 +483,30 @@ def _pad(node: torch.fx.Node, args: dict, row: np.ndarray, view: Any) -> None:
     row[S_SCALAR] = np.float64(float(args.get("value") or 0.0)).view(np.int64)
 
 
-def _cat(node: torch.fx.Node, args: dict, row: np.ndarray, view: Any, keep: list) -> None:
+def _sum(node: torch.fx.Node, args: dict, row: np.ndarray, view: Any) -> None:
+    """sum over up to two dims (keepdim or not), float32 in and out."""
+    if args.get("dtype") is not None:
+        raise NoKernel("a dtype argument")
+    x = view(args["self"])
+    out = out_shape(node)
+    dims = sorted({d % len(x.shape) for d in (args.get("dim") or range(len(x.shape)))})
+    if len(dims) > 2 or len(out) > 4:
+        raise NoKernel(f"a sum over {len(dims)} dims into {len(out)}")
+    kept = [d for d in range(len(x.shape)) if d not in dims]
+    keepdim = len(out) == len(x.shape)
+    strides = [0] * len(out)  # x's strides over the output's dims (0 for a kept reduced dim)
+    for k, d in enumerate(kept):
+        strides[d if keepdim else k] = x.strides[d]
+    reduced = [(x.shape[d], x.strides[d]) for d in dims] + [(1, 0)] * (2 - len(dims))
+    row[S_OP], row[S_X] = K_SUM, x.address
+    row[S_XSTRIDE : S_XSTRIDE + 4] = _pad4(strides, 0)
+    row[S_KH], row[S_KW], row[S_SH], row[S_SW] = reduced[0][0], reduced[1][0], reduced[0][1], reduced[1][1]
+
+
+def _cat(
+    node: torch.fx.Node, args: dict, row: np.ndarray, view: Any, keep: list, stack: bool = False
+) -> None:
+    """Concatenation; ``stack`` is one along a new dim (each input viewed with a size-1 dim there)."""
     out = out_shape(node)
     nd = len(out)
     if nd > 4:
@@ -489,9 +515,13 @@ def _cat(node: torch.fx.Node, args: dict, row: np.ndarray, view: Any, keep: list
     records, offset = [], 0
     for t in args["tensors"]:
         v = view(t)
-        size = v.shape[dim] if math.prod(v.shape) else 0
+        shape, strides = list(v.shape), list(v.strides)
+        if stack:
+            shape.insert(dim, 1)
+            strides.insert(dim, 0)
+        size = shape[dim] if math.prod(shape) else 0
         if size:
-            records.append([v.address, offset, size, *_pad4(list(v.strides), 0)])
+            records.append([v.address, offset, size, *_pad4(strides, 0)])
         offset += size
     aux = np.asarray(records, dtype=np.int64).reshape(-1, 7)
     keep.append(aux)

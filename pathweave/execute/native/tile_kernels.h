@@ -25,6 +25,7 @@ enum {
     PW_K_CAT = 7,      /* concatenation: copies from the inputs listed in an aux array */
     PW_K_AFFINE = 8,   /* act(x * scale + shift), scale and shift broadcast (inference batch norm) */
     PW_K_PAD = 9,      /* constant padding: x placed at offsets S_KH..S_KH+3 (per dim), the rest a value */
+    PW_K_SUM = 10,     /* sum over up to 2 dims of x: their sizes at S_KH, S_KW, strides at S_SH, S_SW */
     /* transformer kernels (tile_kernels_seq.c; their slots in tile_kernels_seq.h), numbered apart */
     PW_K_EMBEDDING = 32, /* gather table rows by int64/int32 indices */
     PW_K_LAYERNORM = 33, /* layer norm over the last dim */
@@ -37,7 +38,7 @@ enum {
 };
 
 /* epilogue activations (slot S_ACT) */
-enum { PW_ACT_NONE = 0, PW_ACT_RELU = 1, PW_ACT_GELU = 2, PW_ACT_TANH = 3 };
+enum { PW_ACT_NONE = 0, PW_ACT_RELU = 1, PW_ACT_GELU = 2, PW_ACT_TANH = 3, PW_ACT_SIGMOID = 5 }; /* 4: seq */
 
 /* element-wise binary ops (slot S_BINOP) */
 enum { PW_BIN_NONE = 0, PW_BIN_ADD = 1, PW_BIN_SUB = 2, PW_BIN_MUL = 3, PW_BIN_DIV = 4, PW_BIN_RSUB = 5 };
