@@ -184,6 +184,18 @@ def test_a_weight_given_as_input_is_read_at_run_time(outputs_close) -> None:
     strat.close()
 
 
+def _matches_eager(
+    model: torch.nn.Module, shape: tuple[int, ...], work: float, outputs_close, seeds: int = 2
+) -> None:
+    """The tiles strategy of ``model`` (2 engines) against eager on ``seeds`` new inputs."""
+    strat = TilesStrategy(pathweave.capture(model, torch.randn(shape)), threads=2, work_per_tile=work)
+    for seed in range(seeds):
+        x = torch.randn(shape, generator=torch.Generator().manual_seed(seed))
+        with torch.no_grad():
+            outputs_close(strat(x), model(x), rtol=1e-4, atol_scale=1e-5)
+    strat.close()
+
+
 class _LooseNorms(torch.nn.Module):
     """Batch norms that cannot fold into a convolution: after a concat (DenseNet), without affine, and
     on a 2-D input."""
@@ -206,13 +218,7 @@ class _LooseNorms(torch.nn.Module):
 
 def test_batch_norms_not_after_a_convolution(outputs_close) -> None:
     torch.manual_seed(0)
-    model = _LooseNorms().eval()
-    x = torch.randn(2, 3, 11, 13)
-    strat = TilesStrategy(pathweave.capture(model, x), threads=2, work_per_tile=2e4)
-    x = torch.randn(2, 3, 11, 13, generator=torch.Generator().manual_seed(1))
-    with torch.no_grad():
-        outputs_close(strat(x), model(x), rtol=1e-4, atol_scale=1e-5)
-    strat.close()
+    _matches_eager(_LooseNorms().eval(), (2, 3, 11, 13), 2e4, outputs_close)
 
 
 class _Shifted(torch.nn.Module):
@@ -235,14 +241,7 @@ class _Shifted(torch.nn.Module):
 
 def test_padding_and_strided_inputs(outputs_close) -> None:
     torch.manual_seed(0)
-    model = _Shifted().eval()
-    x = torch.randn(2, 4, 9, 11)
-    strat = TilesStrategy(pathweave.capture(model, x), threads=2, work_per_tile=2e3)
-    for seed in range(2):
-        x = torch.randn(2, 4, 9, 11, generator=torch.Generator().manual_seed(seed))
-        with torch.no_grad():
-            outputs_close(strat(x), model(x), rtol=1e-4, atol_scale=1e-5)
-    strat.close()
+    _matches_eager(_Shifted().eval(), (2, 4, 9, 11), 2e3, outputs_close)
 
 
 class _Depthwise(torch.nn.Module):
@@ -259,14 +258,7 @@ class _Depthwise(torch.nn.Module):
 
 def test_depthwise_convolutions(outputs_close) -> None:
     torch.manual_seed(0)
-    model = _Depthwise().eval()
-    x = torch.randn(2, 6, 13, 17)
-    strat = TilesStrategy(pathweave.capture(model, x), threads=2, work_per_tile=2e3)
-    for seed in range(2):
-        x = torch.randn(2, 6, 13, 17, generator=torch.Generator().manual_seed(seed))
-        with torch.no_grad():
-            outputs_close(strat(x), model(x), rtol=1e-4, atol_scale=1e-5)
-    strat.close()
+    _matches_eager(_Depthwise().eval(), (2, 6, 13, 17), 2e3, outputs_close)
 
 
 class _Reduce(torch.nn.Module):
@@ -288,10 +280,4 @@ class _Reduce(torch.nn.Module):
 
 def test_stack_sum_and_sigmoid(outputs_close) -> None:
     torch.manual_seed(0)
-    model = _Reduce().eval()
-    x = torch.randn(2, 7, 6)
-    strat = TilesStrategy(pathweave.capture(model, x), threads=2, work_per_tile=200)
-    x = torch.randn(2, 7, 6, generator=torch.Generator().manual_seed(1))
-    with torch.no_grad():
-        outputs_close(strat(x), model(x), rtol=1e-4, atol_scale=1e-5)
-    strat.close()
+    _matches_eager(_Reduce().eval(), (2, 7, 6), 200, outputs_close)
