@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import operator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -320,9 +321,17 @@ def _packed(weight: torch.fx.Node, w: View, groups: int) -> np.ndarray | None:
     a weight that is not a constant (it keeps the sgemm path, which reads it at run time)."""
     if not is_constant(weight):
         return None
+    return packed_once(weight, groups, lambda: pack_weights(w.array(), groups))
+
+
+def packed_once(
+    weight: torch.fx.Node, how: object, make: Callable[[], np.ndarray | None]
+) -> np.ndarray | None:
+    """``make()``'s layout of a weight, made once per weight node and layout (``how``) and kept in its
+    meta, so that every program built from the graph shares it and it lives as long as the graph."""
     cached = weight.meta.get(PACKED_WEIGHTS)
-    if cached is None or cached.how != groups:
-        cached = Packed(groups, pack_weights(w.array(), groups))
+    if cached is None or cached.how != how:
+        cached = Packed(how, make())
         weight.meta[PACKED_WEIGHTS] = cached
     return cached.data
 

@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 import torch.fx
 
-from ..meta import PACKED_WEIGHTS, Packed
 from ..transform.tile_graph import TileGraph
 from ..transform.tile_ops import RESHAPES
 from .tile_program import (
@@ -42,6 +41,7 @@ from .tile_program import (
     dense_view,
     is_constant,
     out_shape,
+    packed_once,
 )
 
 SQ_Z, SQ_YSCALAR = S_W, S_ALPHA
@@ -267,17 +267,13 @@ def _pack_b(row: np.ndarray, b: View, b_node: torch.fx.Node, graph: TileGraph, i
     its weights from memory in order (read in place, with rows N apart, they ran slower than OpenBLAS).
     Made once per node and kept in its meta: every program of the graph shares it."""
     cuts = tuple(int(c) for c in graph.grid(i)[-1])
-    tag = ("blocks", b.shape, b.strides, cuts)
-    cached = b_node.meta.get(PACKED_WEIGHTS)
-    if cached is None or cached.how != tag:
+
+    def blocks() -> np.ndarray:
         full = b.array()
-        blocks = [
-            np.ascontiguousarray(full[:, c0:c1], dtype=np.float32).reshape(-1)
-            for c0, c1 in itertools.pairwise(cuts)
-        ]
-        cached = Packed(tag, np.concatenate(blocks))
-        b_node.meta[PACKED_WEIGHTS] = cached
-    row[S_WPACK] = cached.data.ctypes.data
+        pieces = [full[:, c0:c1].astype(np.float32).reshape(-1) for c0, c1 in itertools.pairwise(cuts)]
+        return np.concatenate(pieces)
+
+    row[S_WPACK] = packed_once(b_node, ("blocks", b.shape, b.strides, cuts), blocks).ctypes.data
 
 
 def _packable(b: View, b_node: Any, alpha: float, out: tuple[int, ...]) -> bool:

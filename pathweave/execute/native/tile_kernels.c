@@ -308,8 +308,7 @@ PW_HOT static int pool_tile(const int64_t *L, const int32_t *lo, const int32_t *
                         for (int64_t i = i0; i < i1; i++) {
                             const float *xr = xc + (hs + i * dh) * RS + ws;
                             for (int64_t j = j0; j < j1; j++) {
-                                const float v = xr[j * dw];
-                                acc = (v > acc || v != v) ? v : acc;
+                                acc = max_nan(acc, xr[j * dw]);
                             }
                         }
                     } else { /* torch's avg_pool2d divisor rule */
