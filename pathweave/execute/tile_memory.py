@@ -37,12 +37,17 @@ class BufferPlan:
     graph: TileGraph  # the tile graph with the write-after-read edges
     added_edges: int
     sizes: np.ndarray  # int64 [L]: floats each layer's block takes (aligned)
+    source: TileGraph  # the graph the plan was made for (without the added edges)
+    keep: frozenset[int]  # the layers never released
 
-    def verify(self, before: TileGraph, keep: set[int]) -> None:
+    def verify(self, before: TileGraph | None = None, keep: set[int] | None = None) -> None:
         """Raise PlanError unless reuse is safe: two layers share memory only where the earlier one is
         not kept and all its readers come before the later one in layer order, and every tile that
         writes over an earlier layer's tile (spans overlapping) descends from that tile and from every
-        tile that reads it in ``before`` (the graph without the added edges)."""
+        tile that reads it in ``before`` (the graph without the added edges; by default the plan's
+        own source and kept layers)."""
+        before = self.source if before is None else before
+        keep = set(self.keep) if keep is None else keep
         n = before.num_layers
         last_use = _last_use(before)
         ancestors = _ancestors(self.graph)
@@ -110,8 +115,9 @@ def plan_buffers(graph: TileGraph, keep: set[int], distance: int = DISTANCE) -> 
                 _war_edges(graph, a, a_off, i, off, extra)
     kept = _prune(graph, extra) if extra else {}
     added = sum(len(v) for v in kept.values())
-    graph = _with_parents(graph, kept) if added else graph
-    return BufferPlan(offsets, end, sum(padded), graph, added, np.asarray(padded, dtype=np.int64))
+    edged = _with_parents(graph, kept) if added else graph
+    sizes = np.asarray(padded, dtype=np.int64)
+    return BufferPlan(offsets, end, sum(padded), edged, added, sizes, graph, frozenset(keep))
 
 
 def _last_use(graph: TileGraph) -> np.ndarray:
@@ -158,7 +164,8 @@ def _war_edges(
     graph: TileGraph, old: int, old_off: int, new: int, new_off: int, extra: dict[int, set[int]]
 ) -> None:
     """Edges into the tiles of ``new`` from the tiles of ``old`` whose span overlaps theirs in the arena,
-    and from every tile that reads those."""
+    and from every tile that reads those. ``new`` comes after ``old``'s last reader in layer order, so
+    no tile of ``new`` is among its own sources."""
     a_first, a_end = _spans(graph, old)
     b_first, b_end = _spans(graph, new)
     a_first, a_end, b_first, b_end = a_first + old_off, a_end + old_off, b_first + new_off, b_end + new_off
@@ -171,8 +178,6 @@ def _war_edges(
         for t in hit + a0:
             sources.add(int(t))
             sources.update(int(c) for c in graph.children(int(t)))
-    for t, sources in extra.items():
-        sources.discard(t)  # a tile reading the old value and writing the new one is ordered by itself
 
 
 def _prune(graph: TileGraph, extra: dict[int, set[int]]) -> dict[int, list[int]]:

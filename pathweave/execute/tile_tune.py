@@ -67,7 +67,7 @@ def tune_tiles(
                 progress(f"{name} x{factor:g}: {_tiles_of(trial, name)} tiles {now * 1e3:.2f} ms against "
                          f"{then * 1e3:.2f} ms{' (kept)' if kept else ''}")  # fmt: skip
             if kept:
-                trial._check()  # the kept graph is checked against PyTorch as every built one is
+                trial.check()  # the kept strategy is checked as every one built with check=True
                 best.close()
                 best = trial
             else:

@@ -48,15 +48,15 @@ class TilesStrategy:
         self.passes = run_pipeline(gm, (fold_sizes, prune, fold_bn, tile_fuse, tile_fuse_matmul))
         self.gm = gm
         self.tile_scale = dict(tile_scale or {})
-        self.graph = build_tile_graph(gm, tiles_per_layer, work_per_tile=work_per_tile, scale=self.tile_scale)
+        self.plans = plan_nodes(gm)  # read by the tile graph and by every program built over it
+        self.graph = build_tile_graph(
+            gm, tiles_per_layer, work_per_tile=work_per_tile, scale=self.tile_scale, plans=self.plans
+        )
         # one arena sized by liveness (None: a buffer per layer); the graph gains the edges that order
         # each reuse after the reads of the old value
         self.buffers = None
         if buffer_distance is not None:
-            keep = output_layers(gm, self.graph)
-            self.buffers = plan_buffers(self.graph, keep, buffer_distance)
-            if check:
-                self.buffers.verify(self.graph, keep)  # every overwrite waits for the reads it would spoil
+            self.buffers = plan_buffers(self.graph, output_layers(gm, self.graph), buffer_distance)
             self.graph = self.buffers.graph
         self.program = self.new_program()
         ops = np.full(self.graph.num_tiles, OP_LAYER, dtype=np.int32)
@@ -65,15 +65,20 @@ class TilesStrategy:
         self.runtime.set_program(self.program.layers, g.tile_layer, g.tile_lo, g.tile_hi,
                                  self.program.scratch_floats)  # fmt: skip
         if check:
-            self._check()
+            self.check()
 
     def new_program(self) -> TileProgram:
         """Another program over the same tile graph and weights, with its own input and activation
         buffers (co-execution runs several requests of one model at once, one program each)."""
         offsets = self.buffers.offsets if self.buffers else None
-        return build_program(self.gm, self.graph, plan_nodes(self.gm), offsets)
+        return build_program(self.gm, self.graph, self.plans, offsets)
 
-    def _check(self) -> None:
+    def check(self) -> None:
+        """Raise unless the buffer plan is safe (every overwrite waits for the reads it would spoil) and
+        the result on the example inputs matches the rewritten graph run by PyTorch; run at build unless
+        ``check=False``."""
+        if self.buffers is not None:
+            self.buffers.verify()
         inputs = list(self.captured.example_inputs)
         got = self.run_flat(inputs)
         with torch.no_grad():

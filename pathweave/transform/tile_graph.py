@@ -182,6 +182,7 @@ def build_tile_graph(
     work_per_tile: float = WORK_PER_TILE,
     large_gemm_tiles: bool = True,
     scale: dict[str, float] | None = None,
+    plans: dict[torch.fx.Node, NodeMaps] | None = None,
 ) -> TileGraph:
     """The tile graph of an ATen graph (``pathweave.capture(...).gm``).
 
@@ -193,10 +194,11 @@ def build_tile_graph(
     the default policy convolution and matmul tiles stay large enough for an efficient matrix product
     and layer norm and softmax tiles span the dims they reduce (``_min_piece``; ``large_gemm_tiles=False``
     turns that off). ``scale`` multiplies the default count of the layers it names (the tuner's knob,
-    ``execute.tile_tune``); the smallest pieces still hold.
+    ``execute.tile_tune``); the smallest pieces still hold. ``plans``: ``plan_nodes(gm)`` where the
+    caller has it already.
     Raises UnsupportedError naming every node without a range map.
     """
-    plans = plan_nodes(gm)
+    plans = plan_nodes(gm) if plans is None else plans
     layers = [n for n, p in plans.items() if p.role == "layer"]
     index = {n: i for i, n in enumerate(layers)}
     inputs = [_inputs(node, plans, index) for node in layers]
