@@ -368,8 +368,7 @@ def _conv(
     row[S_POINTWISE] = kh == kw == 1 and (sh, sw, ph, pw) == (1, 1, 0, 0) and out[2:] == x.shape[2:]
     if row[S_POINTWISE]:
         return 0
-    rows = int(np.max(graph.tile_hi[lo:hi, 2] - graph.tile_lo[lo:hi, 2]))
-    return (x.shape[1] // int(args["groups"])) * kh * kw * rows * out[3]
+    return (x.shape[1] // int(args["groups"])) * kh * kw * graph.largest_extent(i, 2) * out[3]
 
 
 def _pool(name: str, args: dict, row: np.ndarray, view: Any) -> None:

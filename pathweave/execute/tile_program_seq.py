@@ -320,9 +320,7 @@ def _linear(
 
 def _panel_rows(graph: TileGraph, i: int, out: tuple[int, ...]) -> int:
     """The largest tile's rows, rounded up to whole panels (the packed A of matmul_packed)."""
-    lo, hi = graph.layer_tile_start[i], graph.layer_tile_start[i + 1]
-    rows = int((graph.tile_hi[lo:hi, len(out) - 2] - graph.tile_lo[lo:hi, len(out) - 2]).max())
-    return -(-rows // PANEL_ROWS) * PANEL_ROWS
+    return -(-graph.largest_extent(i, len(out) - 2) // PANEL_ROWS) * PANEL_ROWS
 
 
 def _gemm(
@@ -339,9 +337,7 @@ def _gemm(
     row[S_YSTRIDE : S_YSTRIDE + 4] = b_strides
     if GEMM_PACK not in (lay_a, lay_b):
         return 0
-    lo, hi = graph.layer_tile_start[i], graph.layer_tile_start[i + 1]
-    extent = graph.tile_hi[lo:hi] - graph.tile_lo[lo:hi]
-    return int(extent[:, len(out) - 2].max()) * k + k * int(extent[:, len(out) - 1].max())
+    return k * (graph.largest_extent(i, len(out) - 2) + graph.largest_extent(i, len(out) - 1))
 
 
 Rule = Callable[[torch.fx.Node, dict, np.ndarray, View_, TileGraph, int], int | None]

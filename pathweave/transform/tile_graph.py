@@ -96,6 +96,12 @@ class TileGraph:
         ptr = self.grid_indptr
         return [self.grid_bounds[ptr[at + d] : ptr[at + d + 1]] for d in range(int(self.layer_ndim[layer]))]
 
+    def largest_extent(self, layer: int, dim: int) -> int:
+        """The most positions any tile of ``layer`` spans along ``dim`` (what a kernel's scratch must
+        hold for one tile)."""
+        lo, hi = int(self.layer_tile_start[layer]), int(self.layer_tile_start[layer + 1])
+        return int((self.tile_hi[lo:hi, dim] - self.tile_lo[lo:hi, dim]).max(initial=0))
+
     def tile_counts(self) -> dict[str, int]:
         """Tiles per layer, by node name, in layer order."""
         counts = np.diff(self.layer_tile_start)
