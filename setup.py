@@ -13,6 +13,7 @@ setup(
                 "pathweave/execute/native/tile_runtime.c",
                 "pathweave/execute/native/tile_kernels.c",
                 "pathweave/execute/native/tile_gemm.c",
+                "pathweave/execute/native/tile_gemm_t.c",
                 "pathweave/execute/native/tile_kernels_seq.c",
             ],
             depends=[

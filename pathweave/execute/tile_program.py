@@ -24,9 +24,10 @@ import torch.utils._pytree as pytree
 from ..analyze.ops import op_name
 from ..errors import UnsupportedError
 from ..meta import PACKED_WEIGHTS, Packed
-from ..transform.tile_graph import TileGraph
+from ..transform.tile_graph import TileGraph, narrow_conv
 from ..transform.tile_ops import IDENTITY_VIEWS, MULTI_VIEWS, VIEWS, NodeMaps, as_ints, bound_args
 from ..transform.util import constant
+from .tile_runtime import gemm_isa
 
 SLOTS = 48
 # slots and codes as in native/tile_kernels.h
@@ -34,9 +35,10 @@ S_OP, S_ACT, S_OUT, S_X, S_Y, S_W, S_BIAS, S_SCALAR = range(8)
 S_OSHAPE, S_XSTRIDE, S_XSHAPE, S_YSTRIDE, S_BINOP, S_ALPHA = 8, 12, 16, 20, 24, 25
 S_KH, S_KW, S_SH, S_SW, S_PH, S_PW, S_DH, S_DW, S_GROUPS = range(28, 37)
 S_POINTWISE, S_COUNT_PAD, S_DIVISOR, S_AUX, S_NAUX = 37, 38, 39, 40, 41
-S_WPACK, S_PROFILE = 42, 47
-#: rows per panel of packed convolution weights (native/tile_gemm.h)
-PANEL_ROWS = 8
+S_WPACK, S_WPACK_T, S_PROFILE = 42, 43, 47
+#: rows per panel of packed convolution weights (native/tile_gemm.h): PW_MR, and PW_TR for the transposed
+#: micro-kernel
+PANEL_ROWS, PANEL_ROWS_T = 8, 16
 K_CONV, K_MAXPOOL, K_AVGPOOL, K_ADAPTIVE, K_LINEAR, K_EWISE, K_CAT, K_AFFINE, K_PAD, K_SUM = range(1, 11)
 BATCH_NORMS = ("batch_norm", "_native_batch_norm_legit_no_training")
 ACTS = {"none": 0, "relu": 1, "gelu": 2, "tanh": 3, "sigmoid": 5}  # 4: tile_program_seq's tanh GELU
@@ -291,19 +293,19 @@ def dense_view(v: View, what: str) -> View:
     return v
 
 
-def pack_weights(w: np.ndarray, groups: int) -> np.ndarray | None:
+def pack_weights(w: np.ndarray, groups: int, rows: int = PANEL_ROWS) -> np.ndarray | None:
     """Convolution weights [O, C/groups, kh, kw] in the micro-kernels' panels: per group, its rows
-    padded with zeros to whole panels of PANEL_ROWS, each panel stored k-major ([K][PANEL_ROWS]).
+    padded with zeros to whole panels of ``rows``, each panel stored k-major ([K][rows]).
     None where a group has fewer rows than a panel (depthwise): those keep the sgemm path."""
     out_channels = w.shape[0]
     per_group = out_channels // groups
-    if per_group < PANEL_ROWS:
+    if per_group < rows:
         return None
     k = int(np.prod(w.shape[1:]))
-    panels = -(-per_group // PANEL_ROWS)
-    padded = np.zeros((groups, panels * PANEL_ROWS, k), dtype=np.float32)
+    panels = -(-per_group // rows)
+    padded = np.zeros((groups, panels * rows, k), dtype=np.float32)
     padded[:, :per_group] = w.reshape(groups, per_group, k)
-    return np.ascontiguousarray(padded.reshape(groups * panels, PANEL_ROWS, k).transpose(0, 2, 1))
+    return np.ascontiguousarray(padded.reshape(groups * panels, rows, k).transpose(0, 2, 1))
 
 
 def is_constant(node: Any) -> bool:
@@ -316,12 +318,13 @@ def is_constant(node: Any) -> bool:
     return isinstance(node, torch.fx.Node) and node.op == "get_attr"
 
 
-def _packed(weight: torch.fx.Node, w: View, groups: int) -> np.ndarray | None:
-    """The packed weights, made once per weight node and shared by every program of the graph; None for
-    a weight that is not a constant (it keeps the sgemm path, which reads it at run time)."""
+def _packed(weight: torch.fx.Node, w: View, groups: int, rows: int) -> np.ndarray | None:
+    """The packed weights (panels of ``rows``), made once per weight node and shared by every program of
+    the graph; None for a weight that is not a constant (it keeps the sgemm path, which reads it at run
+    time)."""
     if not is_constant(weight):
         return None
-    return packed_once(weight, groups, lambda: pack_weights(w.array(), groups))
+    return packed_once(weight, (groups, rows), lambda: pack_weights(w.array(), groups, rows))
 
 
 def packed_once(
@@ -355,10 +358,13 @@ def _conv(
     kh, kw = w.shape[2], w.shape[3]
     (sh, sw), (ph, pw), (dh, dw) = (as_ints(args[k], 2) for k in ("stride", "padding", "dilation"))
     row[S_KH : S_GROUPS + 1] = [kh, kw, sh, sw, ph, pw, dh, dw, int(args["groups"])]
-    packed = _packed(args["weight"], w, int(args["groups"]))
+    # narrow tiles take the transposed micro-kernel where the AVX-512 kernels run (with 8-float vectors
+    # the column tails waste little); it needs the weights in panels of its own height
+    transposed = narrow_conv(node) and gemm_isa() == "avx512"
+    packed = _packed(args["weight"], w, int(args["groups"]), PANEL_ROWS_T if transposed else PANEL_ROWS)
     if packed is not None:
         keep.append(packed)
-        row[S_WPACK] = packed.ctypes.data
+        row[S_WPACK], row[S_WPACK_T] = packed.ctypes.data, transposed
     out = out_shape(node)
     lo, hi = graph.layer_tile_start[i], graph.layer_tile_start[i + 1]
     if np.any(graph.tile_lo[lo:hi, 3] != 0) or np.any(graph.tile_hi[lo:hi, 3] != out[3]):
@@ -366,9 +372,14 @@ def _conv(
     # a 1x1 stride-1 convolution multiplies the input as it lies (no im2col, no scratch); the kernel
     # takes this decision from the row, so the scratch sized here always fits what it does
     row[S_POINTWISE] = kh == kw == 1 and (sh, sw, ph, pw) == (1, 1, 0, 0) and out[2:] == x.shape[2:]
+    positions = graph.largest_extent(i, 2) * out[3]
+    # the transposed kernel's sums: positions x (channels of a tile and the rows before them in their
+    # first panel, rounded up to whole panels)
+    sums = positions * -(-(graph.largest_extent(i, 1) + PANEL_ROWS_T - 1) // PANEL_ROWS_T) * PANEL_ROWS_T
+    sums = sums if row[S_WPACK] and row[S_WPACK_T] else 0
     if row[S_POINTWISE]:
-        return 0
-    return (x.shape[1] // int(args["groups"])) * kh * kw * graph.largest_extent(i, 2) * out[3]
+        return sums
+    return (x.shape[1] // int(args["groups"])) * kh * kw * positions + sums
 
 
 def _pool(name: str, args: dict, row: np.ndarray, view: Any) -> None:

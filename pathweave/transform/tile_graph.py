@@ -38,6 +38,10 @@ BYTE_WORK = 4
 GEMM_MIN_COLUMNS, GEMM_MIN_ROWS = 128, 64
 #: convolution channel tiles start on multiples of this (the micro-kernels' panel rows, tile_gemm.h)
 CHANNEL_ALIGN = 8
+#: convolutions over at most this many positions whose last 48-wide column pass would be one vector of 16
+#: (7x7 and 14x14 maps) run the transposed micro-kernel (native/tile_gemm_t.c), for at least
+#: NARROW_MIN_K values of k; their channel tiles start on multiples of NARROW_ALIGN (two of its panels)
+NARROW_MAX_POSITIONS, NARROW_MIN_K, NARROW_ALIGN = 256, 256, 32
 #: the smallest linear / matmul tile: rows by output features (BERT's 128 x 768 x 768 on one core:
 #: ~120 GFLOP/s in tiles of 64 x 64, ~175 in tiles of 128 x 128)
 MATMUL_MIN_ROWS, MATMUL_MIN_FEATURES = 128, 128
@@ -242,11 +246,28 @@ def _inputs(
 
 
 def _align(node: torch.fx.Node) -> tuple[int, ...] | None:
-    """Convolution channel tiles start on whole panels of the packed weights (``CHANNEL_ALIGN``)."""
+    """Convolution channel tiles start on whole panels of the packed weights (``CHANNEL_ALIGN``, or
+    ``NARROW_ALIGN`` for ``narrow_conv`` layers)."""
     dims = shape(node)
     if op_kind(op_name(node)) == "conv" and len(dims) == 4:
-        return (1, CHANNEL_ALIGN, 1, 1)
+        return (1, NARROW_ALIGN if narrow_conv(node) else CHANNEL_ALIGN, 1, 1)
     return None
+
+
+def narrow_conv(node: torch.fx.Node) -> bool:
+    """Whether a convolution's tiles are narrow enough for the transposed micro-kernel: one group, a
+    map of few positions whose 48-wide column passes end in one vector (``NARROW_MAX_POSITIONS``) and
+    at least ``NARROW_MIN_K`` products per output. ResNet-50's 7x7 layers: ~160 -> ~200 GFLOP/s."""
+    dims = shape(node)
+    if op_kind(op_name(node)) != "conv" or len(dims) != 4:
+        return False
+    args = bound_args(node)
+    weight = args.get("weight")
+    w = weight.meta.get("val") if isinstance(weight, torch.fx.Node) else None
+    if w is None or args.get("groups", 1) != 1:
+        return False
+    positions, k = dims[2] * dims[3], math.prod(w.shape[1:])
+    return positions <= NARROW_MAX_POSITIONS and 0 < positions % 48 <= 16 and k >= NARROW_MIN_K
 
 
 def _min_piece(node: torch.fx.Node) -> tuple[int, ...] | None:

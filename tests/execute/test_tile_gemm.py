@@ -14,7 +14,7 @@ import pytest
 
 from pathweave.errors import UnsupportedError
 from pathweave.execute import tile_runtime
-from pathweave.execute.tile_program import PANEL_ROWS, pack_weights
+from pathweave.execute.tile_program import PANEL_ROWS, PANEL_ROWS_T, pack_weights
 
 _I64, _P = ctypes.c_int64, ctypes.c_void_p
 
@@ -61,6 +61,41 @@ def test_packed_product_with_epilogue_matches_numpy(isa: str, out: int, k: int, 
         c = np.full((count, cols), 7.0, dtype=np.float32)
         _gemm(wp, count, first % PANEL_ROWS, first // PANEL_ROWS, b, c,
               bias[first:] if with_bias else None, res[first:] if with_bias else None, act)  # fmt: skip
+        want = w[first : first + count].astype(np.float64) @ b
+        if with_bias:
+            want += bias[first : first + count, None] + res[first : first + count]
+        if act == 1:
+            want = np.where(np.isnan(want), want, np.maximum(want, 0.0))
+        np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-4 * np.sqrt(k))
+
+
+@pytest.mark.parametrize(("out", "k", "cols", "first", "count"), [
+    (16, 3, 1, 0, 16),  # one panel, one position
+    (64, 700, 49, 0, 64),  # a 7x7 map: 4 micro-tiles of 12 and one of 1, k in two blocks
+    (80, 37, 196, 16, 48),  # a single panel after a pair, 16 positions of the last transposed block
+    (50, 300, 29, 5, 37),  # rows start and end inside panels, the padding rows of the last one
+])  # fmt: skip
+def test_transposed_product_with_epilogue_matches_numpy(isa: str, out: int, k: int, cols: int, first: int,
+                                                        count: int) -> None:  # fmt: skip
+    rng = np.random.default_rng(out * k + cols)
+    w = rng.standard_normal((out, k)).astype(np.float32)
+    b = rng.standard_normal((k, cols)).astype(np.float32)
+    bias = rng.standard_normal(out).astype(np.float32)
+    res = rng.standard_normal((out, cols)).astype(np.float32)
+    b[0, cols // 2] = np.nan
+    wp = pack_weights(w.reshape(out, k, 1, 1), 1, PANEL_ROWS_T)
+    assert wp is not None and wp.shape == (-(-out // PANEL_ROWS_T), k, PANEL_ROWS_T)
+    skip, panel = first % PANEL_ROWS_T, first // PANEL_ROWS_T
+    sums = np.full(cols * -(-(skip + count) // PANEL_ROWS_T) * PANEL_ROWS_T, 3.0, dtype=np.float32)
+    lib = tile_runtime._library()
+    lib.pw_gemm_packed_t.argtypes = [_I64, _I64, _I64, _P, _I64, _P, _I64, _P, _I64, _P, _P, ctypes.c_int, _P]
+    for act, with_bias in ((0, False), (1, True)):
+        c = np.full((count, cols), 7.0, dtype=np.float32)
+        at = wp.ctypes.data + 4 * panel * k * PANEL_ROWS_T
+        lib.pw_gemm_packed_t(count, cols, k, at, skip, b.ctypes.data, cols, c.ctypes.data, cols,
+                             bias[first:].ctypes.data if with_bias else None,
+                             res[first:].ctypes.data if with_bias else None, act,
+                             sums.ctypes.data)  # fmt: skip
         want = w[first : first + count].astype(np.float64) @ b
         if with_bias:
             want += bias[first : first + count, None] + res[first : first + count]

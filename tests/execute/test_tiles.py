@@ -281,3 +281,40 @@ class _Reduce(torch.nn.Module):
 def test_stack_sum_and_sigmoid(outputs_close) -> None:
     torch.manual_seed(0)
     _matches_eager(_Reduce().eval(), (2, 7, 6), 200, outputs_close)
+
+
+class _NarrowMaps(torch.nn.Module):
+    """Convolutions over 14x14 and 7x7 maps with k >= 256: the transposed micro-kernel's layers (after an
+    im2col, with stride 2, and 1x1 on the input as it lies with a residual)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Conv2d(32, 64, 3, padding=1)
+        self.b = torch.nn.Conv2d(64, 48, 3, stride=2, padding=1)
+        self.c = torch.nn.Conv2d(48, 256, 1)
+        self.d = torch.nn.Conv2d(256, 256, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.c(torch.relu(self.b(torch.relu(self.a(x)))))
+        return torch.relu(self.d(y) + y)
+
+
+def test_narrow_maps_on_the_transposed_kernel_every_instruction_set(outputs_close) -> None:
+    from pathweave.execute import tile_runtime
+    from pathweave.execute.tile_program import S_WPACK_T
+
+    if tile_runtime.gemm_isa() != "avx512":
+        pytest.skip("the transposed micro-kernel is chosen only where the AVX-512 kernels run")
+    torch.manual_seed(0)
+    model = _NarrowMaps().eval()
+    strat = TilesStrategy(pathweave.capture(model, torch.randn(1, 32, 14, 14)), threads=2, work_per_tile=2e5)
+    assert strat.program.layers[:, S_WPACK_T].sum() == 3  # a, b and d (c has k = 48)
+    try:
+        for isa in tile_runtime.GEMM_ISAS:  # the weights stay packed for it; other sets take the C loops
+            tile_runtime.use_gemm_isa(isa)
+            x = torch.randn(1, 32, 14, 14, generator=torch.Generator().manual_seed(len(isa)))
+            with torch.no_grad():
+                outputs_close(strat(x), model(x), rtol=1e-4, atol_scale=1e-5)
+    finally:
+        tile_runtime.use_gemm_isa("avx512")
+        strat.close()

@@ -219,6 +219,8 @@ const char *pw_gemm_isa(void) {
     return __atomic_load_n(&chosen_isa, __ATOMIC_RELAXED);
 }
 
+int pw_gemm_wide(void) { return pw_gemm_isa()[0] == 'a' && pw_gemm_isa()[3] == '5'; }
+
 int pw_gemm_force(const char *isa) {
     panel_fn fn = NULL;
     const char *name = NULL;

@@ -28,4 +28,14 @@ const char *pw_gemm_isa(void);
 /* use the kernel of "avx512", "avx2" or "generic" from now on (tests); 1 if this CPU lacks it */
 int pw_gemm_force(const char *isa);
 
+/* Tiles of few positions (tile_gemm_t.c): the same product from weights packed in panels of PW_TR rows
+ * (k-major, [K][PW_TR]), vectors along the channels; t: scratch of cols x (row_skip + rows rounded up to
+ * PW_TR) floats. row_skip in 0..PW_TR-1. */
+#define PW_TR 16
+void pw_gemm_packed_t(int64_t rows, int64_t cols, int64_t K, const float *wp, int64_t row_skip, const float *b,
+                      int64_t ldb, float *c, int64_t ldc, const float *bias, const float *res, int act, float *t);
+
+/* 1 when the chosen kernels are the AVX-512 ones */
+int pw_gemm_wide(void);
+
 #endif

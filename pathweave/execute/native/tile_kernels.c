@@ -192,6 +192,15 @@ static int conv_tile(const int64_t *L, const int32_t *lo, const int32_t *hi, flo
                 b = col, ldb = P;
             }
             float *c = on + o0 * OH * OW + oh0 * OW;
+            if (wpack && L[S_WPACK_T]) { /* narrow tiles: sums by channel vectors, after the im2col */
+                const int64_t r = o0 - g * og, tpanels = (og + PW_TR - 1) / PW_TR;
+                if (pointwise) /* the sums go where an im2col of another layer may be kept */
+                    memset(scratch, 0xff, PW_SCRATCH_HEADER * sizeof(float));
+                pw_gemm_packed_t(o1 - o0, P, K, wpack + (g * tpanels + r / PW_TR) * K * PW_TR, r % PW_TR, b, ldb,
+                                 c, OH * OW, bias ? bias + o0 : NULL, rn ? rn + o0 * OH * OW + oh0 * OW : NULL,
+                                 (int)L[S_ACT], scratch + PW_SCRATCH_HEADER + (pointwise ? 0 : K * P));
+                continue;
+            }
             if (wpack) { /* the packed micro-kernels, epilogue included */
                 const int64_t r = o0 - g * og; /* row in the group */
                 pw_gemm_packed(o1 - o0, P, K, wpack + (g * panels + r / PW_MR) * K * PW_MR, r % PW_MR, b, ldb, c,

@@ -56,6 +56,7 @@ enum {
     S_COUNT_PAD = 38, S_DIVISOR = 39,
     S_AUX = 40, S_NAUX = 41, /* cat: address and count of (addr, offset, size, stride0..3) records */
     S_WPACK = 42, /* conv: 0, or the weights packed in panels per group (tile_gemm.h), used instead of sgemm */
+    S_WPACK_T = 43, /* conv: 1 when those panels are PW_TR rows for the transposed micro-kernel */
     S_PROFILE = 47 /* 0, or the address of int64 [ns, tiles] the kernel adds each tile's time to */
 };
 
