@@ -24,7 +24,7 @@ import torch.utils._pytree as pytree
 from ..analyze.ops import op_name
 from ..errors import UnsupportedError
 from ..meta import PACKED_WEIGHTS, Packed
-from ..transform.tile_graph import TileGraph, narrow_conv
+from ..transform.tile_graph import TileGraph, conv_layout
 from ..transform.tile_ops import IDENTITY_VIEWS, MULTI_VIEWS, VIEWS, NodeMaps, as_ints, bound_args
 from ..transform.util import constant
 from .tile_runtime import gemm_isa
@@ -39,6 +39,8 @@ S_WPACK, S_WPACK_T, S_PROFILE = 42, 43, 47
 #: rows per panel of packed convolution weights (native/tile_gemm.h): PW_MR, and PW_TR for the transposed
 #: micro-kernel
 PANEL_ROWS, PANEL_ROWS_T = 8, 16
+#: how a convolution uses its packed weights (slot S_WPACK_T, PW_PACK_* in native/tile_kernels.h)
+PACKS = {None: 0, "narrow": 1, "padded": 2}
 K_CONV, K_MAXPOOL, K_AVGPOOL, K_ADAPTIVE, K_LINEAR, K_EWISE, K_CAT, K_AFFINE, K_PAD, K_SUM = range(1, 11)
 BATCH_NORMS = ("batch_norm", "_native_batch_norm_legit_no_training")
 ACTS = {"none": 0, "relu": 1, "gelu": 2, "tanh": 3, "sigmoid": 5}  # 4: tile_program_seq's tanh GELU
@@ -358,13 +360,14 @@ def _conv(
     kh, kw = w.shape[2], w.shape[3]
     (sh, sw), (ph, pw), (dh, dw) = (as_ints(args[k], 2) for k in ("stride", "padding", "dilation"))
     row[S_KH : S_GROUPS + 1] = [kh, kw, sh, sw, ph, pw, dh, dw, int(args["groups"])]
-    # narrow tiles take the transposed micro-kernel where the AVX-512 kernels run (with 8-float vectors
-    # the column tails waste little); it needs the weights in panels of its own height
-    transposed = narrow_conv(node) and gemm_isa() == "avx512"
-    packed = _packed(args["weight"], w, int(args["groups"]), PANEL_ROWS_T if transposed else PANEL_ROWS)
+    # narrow tiles and padded inputs take the transposed micro-kernel where the AVX-512 kernels run (with
+    # 8-float vectors the column tails waste little); it needs the weights in panels of its own height
+    layout = conv_layout(node) if gemm_isa() == "avx512" else None
+    packed = _packed(args["weight"], w, int(args["groups"]), PANEL_ROWS_T if layout else PANEL_ROWS)
+    layout = layout if packed is not None else None
     if packed is not None:
         keep.append(packed)
-        row[S_WPACK], row[S_WPACK_T] = packed.ctypes.data, transposed
+        row[S_WPACK], row[S_WPACK_T] = packed.ctypes.data, PACKS[layout]
     out = out_shape(node)
     lo, hi = graph.layer_tile_start[i], graph.layer_tile_start[i + 1]
     if np.any(graph.tile_lo[lo:hi, 3] != 0) or np.any(graph.tile_hi[lo:hi, 3] != out[3]):
@@ -372,14 +375,18 @@ def _conv(
     # a 1x1 stride-1 convolution multiplies the input as it lies (no im2col, no scratch); the kernel
     # takes this decision from the row, so the scratch sized here always fits what it does
     row[S_POINTWISE] = kh == kw == 1 and (sh, sw, ph, pw) == (1, 1, 0, 0) and out[2:] == x.shape[2:]
-    positions = graph.largest_extent(i, 2) * out[3]
-    # the transposed kernel's sums: positions x (channels of a tile and the rows before them in their
-    # first panel, rounded up to whole panels)
-    sums = positions * -(-(graph.largest_extent(i, 1) + PANEL_ROWS_T - 1) // PANEL_ROWS_T) * PANEL_ROWS_T
-    sums = sums if row[S_WPACK] and row[S_WPACK_T] else 0
+    rows, k = graph.largest_extent(i, 2), x.shape[1] // int(args["groups"]) * kh * kw
+    # the transposed kernel's sums: its positions x (channels of a tile and the rows before them in
+    # their first panel, rounded up to whole panels); stride 1 over a padded copy sums whole padded rows
+    width = x.shape[3] + 2 * pw if layout == "padded" and sh == 1 else out[3]
+    channels = -(-(graph.largest_extent(i, 1) + PANEL_ROWS_T - 1) // PANEL_ROWS_T) * PANEL_ROWS_T
+    sums = rows * width * channels if layout else 0
+    if layout == "padded":  # the zero-padded copy (pw_padded_floats) and the offsets of B's rows (int64)
+        copy = x.shape[1] * ((rows - 1) * sh + kh) * (x.shape[3] + 2 * pw) + kw
+        return (-(-copy // 16) * 16 if ph or pw or sh == 1 else 0) + 2 * k + sums
     if row[S_POINTWISE]:
         return sums
-    return (x.shape[1] // int(args["groups"])) * kh * kw * positions + sums
+    return k * rows * out[3] + sums
 
 
 def _pool(name: str, args: dict, row: np.ndarray, view: Any) -> None:

@@ -28,7 +28,17 @@ from ..analyze.ops import op_kind, op_name
 from ..capture.shapes import tensor_specs
 from ..errors import InputError, PlanError
 from .tile_grid import Grid, make_grid
-from .tile_ops import CONVERSIONS, ELEMENTWISE, MAX_DIMS, NodeMaps, RegionMap, bound_args, plan_nodes, shape
+from .tile_ops import (
+    CONVERSIONS,
+    ELEMENTWISE,
+    MAX_DIMS,
+    NodeMaps,
+    RegionMap,
+    as_ints,
+    bound_args,
+    plan_nodes,
+    shape,
+)
 
 TilesPerLayer = Callable[[torch.fx.Node], int] | dict[str, int] | int | None
 #: default work per tile: FLOPs plus BYTE_WORK per byte of activations read and written
@@ -39,9 +49,12 @@ GEMM_MIN_COLUMNS, GEMM_MIN_ROWS = 128, 64
 #: convolution channel tiles start on multiples of this (the micro-kernels' panel rows, tile_gemm.h)
 CHANNEL_ALIGN = 8
 #: convolutions over at most this many positions whose last 48-wide column pass would be one vector of 16
-#: (7x7 and 14x14 maps) run the transposed micro-kernel (native/tile_gemm_t.c), for at least
-#: NARROW_MIN_K values of k; their channel tiles start on multiples of NARROW_ALIGN (two of its panels)
+#: (7x7 and 14x14 maps) run the transposed micro-kernel (native/tile_gemm_t.c), as do stride-1 windows
+#: over maps at least PADDED_MIN_WIDTH wide and stride-2 ones at least PADDED_MIN_WIDTH_STRIDED wide (on a
+#: zero-padded copy of the input, no im2col), all for at least NARROW_MIN_K values of k; their channel
+#: tiles start on multiples of NARROW_ALIGN (two of its panels)
 NARROW_MAX_POSITIONS, NARROW_MIN_K, NARROW_ALIGN = 256, 256, 32
+PADDED_MIN_WIDTH, PADDED_MIN_WIDTH_STRIDED = 28, 7
 #: the smallest linear / matmul tile: rows by output features (BERT's 128 x 768 x 768 on one core:
 #: ~120 GFLOP/s in tiles of 64 x 64, ~175 in tiles of 128 x 128)
 MATMUL_MIN_ROWS, MATMUL_MIN_FEATURES = 128, 128
@@ -247,27 +260,40 @@ def _inputs(
 
 def _align(node: torch.fx.Node) -> tuple[int, ...] | None:
     """Convolution channel tiles start on whole panels of the packed weights (``CHANNEL_ALIGN``, or
-    ``NARROW_ALIGN`` for ``narrow_conv`` layers)."""
+    ``NARROW_ALIGN`` for the transposed kernel's layers, ``conv_layout``)."""
     dims = shape(node)
     if op_kind(op_name(node)) == "conv" and len(dims) == 4:
-        return (1, NARROW_ALIGN if narrow_conv(node) else CHANNEL_ALIGN, 1, 1)
+        return (1, NARROW_ALIGN if conv_layout(node) else CHANNEL_ALIGN, 1, 1)
     return None
 
 
-def narrow_conv(node: torch.fx.Node) -> bool:
-    """Whether a convolution's tiles are narrow enough for the transposed micro-kernel: one group, a
-    map of few positions whose 48-wide column passes end in one vector (``NARROW_MAX_POSITIONS``) and
-    at least ``NARROW_MIN_K`` products per output. ResNet-50's 7x7 layers: ~160 -> ~200 GFLOP/s."""
+def conv_layout(node: torch.fx.Node) -> str | None:
+    """How a convolution's tiles use the transposed micro-kernel, if they do: "narrow" (maps of few
+    positions whose 48-wide column passes end in one vector, ``NARROW_MAX_POSITIONS``: ResNet-50's 7x7
+    layers ~160 -> ~200 GFLOP/s), "padded" (no im2col: stride 1 and a window over maps at least
+    ``PADDED_MIN_WIDTH`` wide, or a stride-2 window over maps ``PADDED_MIN_WIDTH_STRIDED`` wide: a 1x1
+    stride-2 one read in place ran at 119 GFLOP/s against 140 after an im2col); all for one
+    group, no dilation and at least ``NARROW_MIN_K`` products per output. None: the row-vector kernels."""
     dims = shape(node)
     if op_kind(op_name(node)) != "conv" or len(dims) != 4:
-        return False
+        return None
     args = bound_args(node)
     weight = args.get("weight")
     w = weight.meta.get("val") if isinstance(weight, torch.fx.Node) else None
-    if w is None or args.get("groups", 1) != 1:
-        return False
-    positions, k = dims[2] * dims[3], math.prod(w.shape[1:])
-    return positions <= NARROW_MAX_POSITIONS and 0 < positions % 48 <= 16 and k >= NARROW_MIN_K
+    if w is None or args.get("groups", 1) != 1 or math.prod(w.shape[1:]) < NARROW_MIN_K:
+        return None
+    stride, dilation = (as_ints(args.get(k) or 1, 2) for k in ("stride", "dilation"))
+    if isinstance(args.get("padding"), str) or dilation != [1, 1]:
+        return None
+    window = w.shape[2] * w.shape[3] > 1
+    if window and stride == [2, 2] and dims[3] >= PADDED_MIN_WIDTH_STRIDED:
+        return "padded"
+    positions = dims[2] * dims[3]
+    if positions <= NARROW_MAX_POSITIONS and 0 < positions % 48 <= 16:
+        return "narrow"
+    if window and stride == [1, 1] and dims[3] >= PADDED_MIN_WIDTH:
+        return "padded"
+    return None
 
 
 def _min_piece(node: torch.fx.Node) -> tuple[int, ...] | None:

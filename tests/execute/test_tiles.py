@@ -285,7 +285,7 @@ def test_stack_sum_and_sigmoid(outputs_close) -> None:
 
 class _NarrowMaps(torch.nn.Module):
     """Convolutions over 14x14 and 7x7 maps with k >= 256: the transposed micro-kernel's layers (after an
-    im2col, with stride 2, and 1x1 on the input as it lies with a residual)."""
+    im2col, and 1x1 on the input as it lies with a residual)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -299,22 +299,51 @@ class _NarrowMaps(torch.nn.Module):
         return torch.relu(self.d(y) + y)
 
 
-def test_narrow_maps_on_the_transposed_kernel_every_instruction_set(outputs_close) -> None:
+class _PaddedMaps(torch.nn.Module):
+    """The transposed micro-kernel without im2col, k >= 256: stride-1 windows over maps >= 28 wide on a
+    zero-padded copy of the input (3x3 and 5x5, no padding, a residual, an odd width, several row tiles),
+    a stride-2 window on a padded copy, one without padding on its input as it lies."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Conv2d(32, 64, 3, padding=1)
+        self.b = torch.nn.Conv2d(64, 40, 5, padding=2)
+        self.c = torch.nn.Conv2d(40, 48, 3)
+        self.d = torch.nn.Conv2d(48, 48, 3, padding=1)
+        self.e = torch.nn.Conv2d(48, 64, 3, stride=2, padding=1)
+        self.g = torch.nn.Conv2d(64, 256, 1)  # k = 64: the row-vector kernels
+        self.f = torch.nn.Conv2d(256, 32, 3, stride=2)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = self.c(torch.relu(self.b(torch.relu(self.a(x)))))
+        z = torch.relu(self.d(y) + y)
+        return z, self.f(torch.relu(self.g(self.e(z))))
+
+
+@pytest.mark.parametrize(("model", "shape", "layouts", "row_tiles"), [
+    (_NarrowMaps, (1, 32, 14, 14), {"narrow": 2, "padded": 1}, 1),  # a and d; b has stride 2; c k = 48
+    (_PaddedMaps, (1, 32, 30, 33), {"padded": 6}, 3),
+])  # fmt: skip
+def test_transposed_kernel_layers_on_every_instruction_set(
+    model: type, shape: tuple, layouts: dict, row_tiles: int, outputs_close
+) -> None:
     from pathweave.execute import tile_runtime
-    from pathweave.execute.tile_program import S_WPACK_T
+    from pathweave.execute.tile_program import PACKS, S_WPACK_T
 
     if tile_runtime.gemm_isa() != "avx512":
         pytest.skip("the transposed micro-kernel is chosen only where the AVX-512 kernels run")
     torch.manual_seed(0)
-    model = _NarrowMaps().eval()
-    strat = TilesStrategy(pathweave.capture(model, torch.randn(1, 32, 14, 14)), threads=2, work_per_tile=2e5)
-    assert strat.program.layers[:, S_WPACK_T].sum() == 3  # a, b and d (c has k = 48)
+    net = model().eval()
+    strat = TilesStrategy(pathweave.capture(net, torch.randn(shape)), threads=2, work_per_tile=2e5)
+    kinds = strat.program.layers[:, S_WPACK_T].tolist()
+    assert {k: kinds.count(PACKS[k]) for k in layouts} == layouts
+    assert len(strat.graph.grid(0)[2]) > row_tiles  # the first layer's row tiles
     try:
         for isa in tile_runtime.GEMM_ISAS:  # the weights stay packed for it; other sets take the C loops
             tile_runtime.use_gemm_isa(isa)
-            x = torch.randn(1, 32, 14, 14, generator=torch.Generator().manual_seed(len(isa)))
+            x = torch.randn(shape, generator=torch.Generator().manual_seed(len(isa)))
             with torch.no_grad():
-                outputs_close(strat(x), model(x), rtol=1e-4, atol_scale=1e-5)
+                outputs_close(strat(x), net(x), rtol=1e-4, atol_scale=1e-5)
     finally:
         tile_runtime.use_gemm_isa("avx512")
         strat.close()

@@ -35,6 +35,25 @@ int pw_gemm_force(const char *isa);
 void pw_gemm_packed_t(int64_t rows, int64_t cols, int64_t K, const float *wp, int64_t row_skip, const float *b,
                       int64_t ldb, float *c, int64_t ldc, const float *bias, const float *res, int act, float *t);
 
+/* Where the transposed kernel finds B's positions and puts the sums: runs of width positions, run r at
+ * b + r * bpitch, positions step floats apart (1 or 2), B's row k at koff[k] (NULL: k * ldb); the sums
+ * of run r at position r * width of t. C's rows take segs pieces of seg positions from t's positions
+ * s * pitch. A plain product is one run of all positions, one segment. A stride-1 convolution over a
+ * zero-padded copy of its input (rows of Wp) is one run over whole padded rows whose C segments skip the
+ * 2 pw columns of discarded sums (pitch Wp); a stride-2 one is a run per output row (step 2). */
+typedef struct {
+    int64_t runs, width, step, bpitch;
+    const int64_t *koff;
+    int64_t segs, seg, pitch;
+} pw_truns;
+void pw_gemm_packed_t_runs(int64_t rows, int64_t K, const float *wp, int64_t row_skip, const float *b,
+                           int64_t ldb, const pw_truns *u, float *c, int64_t ldc, const float *bias,
+                           const float *res, int act, float *t);
+
+/* floats of a zero-padded input copy of C planes for a kw wide kernel: the planes, the kw - 1 floats
+ * the last discarded sums read past them, rounded up to 16 (what follows is 64-byte aligned) */
+static inline int64_t pw_padded_floats(int64_t C, int64_t plane, int64_t kw) { return (C * plane + kw + 15) / 16 * 16; }
+
 /* 1 when the chosen kernels are the AVX-512 ones */
 int pw_gemm_wide(void);
 

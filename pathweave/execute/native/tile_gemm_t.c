@@ -16,23 +16,29 @@
 #define PW_TJ 12     /* positions per micro-tile: 2 x 12 accumulators of 16 floats */
 #define PW_TKC 512   /* k per block: a block of weights (up to ~128 KB per tile) stays in L2 */
 #define PW_TPF 64    /* k ahead for the weight prefetch */
+#define PW_TPF_B 6   /* k ahead for B's prefetch (koff: its rows lie apart; koff is read up to this far past
+                      * the block's end, into what follows it, and prefetches never fault) */
 
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
-/* rows 16 * mv (mv consecutive panels, lda floats apart) x nj positions over kc values of k */
+/* rows 16 * mv (mv consecutive panels, lda floats apart) x nj positions (step floats apart in B) over kc
+ * values of k */
 __attribute__((target("avx512f"), always_inline)) static inline void
-kernel_t512(const int mv, const int nj, int64_t kc, const float *a, int64_t lda, const float *b, int64_t ldb,
-            float *t, int64_t tld, int first) {
+kernel_t512(const int mv, const int nj, const int step, int64_t kc, const float *a, int64_t lda, const float *b,
+            int64_t ldb, const int64_t *koff, float *t, int64_t tld, int first) {
     __m512 acc[PW_TJ][2];
 #pragma GCC unroll 12
     for (int j = 0; j < nj; j++)
 #pragma GCC unroll 2
         for (int v = 0; v < mv; v++) acc[j][v] = _mm512_setzero_ps();
     for (int64_t k = 0; k < kc; k++) {
-        const float *ak = a + k * PW_TR, *bk = b + k * ldb;
+        const float *ak = a + k * PW_TR, *bk = b + (koff ? koff[k] : k * ldb);
+        const float *bn = b + (koff ? koff[k + PW_TPF_B] : (k + PW_TPF_B) * ldb);
+        _mm_prefetch((const char *)bn, _MM_HINT_T0);
+        if (nj * step > 8) _mm_prefetch((const char *)(bn + nj * step - 1), _MM_HINT_T0);
         __m512 av[2];
 #pragma GCC unroll 2
         for (int v = 0; v < mv; v++) {
@@ -41,7 +47,7 @@ kernel_t512(const int mv, const int nj, int64_t kc, const float *a, int64_t lda,
         }
 #pragma GCC unroll 12
         for (int j = 0; j < nj; j++) {
-            const __m512 bj = _mm512_set1_ps(bk[j]);
+            const __m512 bj = _mm512_set1_ps(bk[j * step]);
 #pragma GCC unroll 2
             for (int v = 0; v < mv; v++) acc[j][v] = _mm512_fmadd_ps(av[v], bj, acc[j][v]);
         }
@@ -59,7 +65,12 @@ kernel_t512(const int mv, const int nj, int64_t kc, const float *a, int64_t lda,
 
 #define PW_T_CASE(MV, NJ)                                                                                    \
     case NJ:                                                                                                 \
-        kernel_t512(MV, NJ, kc, a, lda, b, ldb, t, tld, first);                                              \
+        if (!koff)                                                                                           \
+            kernel_t512(MV, NJ, 1, kc, a, lda, b, ldb, NULL, t, tld, first);                                 \
+        else if (step == 1)                                                                                  \
+            kernel_t512(MV, NJ, 1, kc, a, lda, b, 0, koff, t, tld, first);                                   \
+        else                                                                                                 \
+            kernel_t512(MV, NJ, 2, kc, a, lda, b, 0, koff, t, tld, first);                                   \
         break;
 #define PW_T_SWITCH(MV)                                                                                      \
     switch (nj) {                                                                                            \
@@ -68,9 +79,9 @@ kernel_t512(const int mv, const int nj, int64_t kc, const float *a, int64_t lda,
         PW_T_CASE(MV, 12)                                                                                    \
     }
 
-__attribute__((target("avx512f"))) static void block_t512(int mv, int nj, int64_t kc, const float *a, int64_t lda,
-                                                          const float *b, int64_t ldb, float *t, int64_t tld,
-                                                          int first) {
+__attribute__((target("avx512f"))) static void block_t512(int mv, int nj, int step, int64_t kc, const float *a,
+                                                          int64_t lda, const float *b, int64_t ldb,
+                                                          const int64_t *koff, float *t, int64_t tld, int first) {
     if (mv == 2) {
         PW_T_SWITCH(2)
     } else {
@@ -107,64 +118,73 @@ __attribute__((target("avx512f"), always_inline)) static inline void transpose16
 }
 
 /* C's rows from the sums, 16 x 16 at a time through registers (a strided scalar pass took ~12 cycles
- * per output: a third of the product on ResNet-50's 7x7 layers of k = 512) */
-__attribute__((target("avx512f"))) static void writeback_t512(int64_t rows, int64_t cols, int64_t row_skip,
-                                                              const float *t, int64_t tld, float *c, int64_t ldc,
+ * per output: a third of the product on ResNet-50's 7x7 layers of k = 512); segment s of C's row
+ * (seg positions) comes from the sums' positions from s * pitch */
+__attribute__((target("avx512f"))) static void writeback_t512(int64_t rows, int64_t segs, int64_t seg,
+                                                              int64_t pitch, int64_t row_skip, const float *t,
+                                                              int64_t tld, float *c, int64_t ldc,
                                                               const float *bias, const float *res, int relu) {
     const __m512 zero = _mm512_setzero_ps();
-    for (int64_t p0 = 0; p0 < cols; p0 += 16) {
-        const int64_t n = min64(16, cols - p0);
-        const __mmask16 m = (__mmask16)(n == 16 ? 0xFFFF : (1u << n) - 1);
-        for (int64_t q0 = 0; q0 < row_skip + rows; q0 += 16) {
-            __m512 r[16];
-            for (int j = 0; j < 16; j++) r[j] = j < n ? _mm512_loadu_ps(t + (p0 + j) * tld + q0) : zero;
-            transpose16(r);
-            for (int i = 0; i < 16; i++) {
-                const int64_t row = q0 + i - row_skip;
-                if (row < 0 || row >= rows) continue;
-                __m512 x = r[i];
-                if (bias) x = _mm512_add_ps(x, _mm512_set1_ps(bias[row]));
-                if (res) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(m, res + row * ldc + p0));
-                if (relu) x = _mm512_max_ps(zero, x); /* max(0, NaN) is NaN: the second operand */
-                _mm512_mask_storeu_ps(c + row * ldc + p0, m, x);
+    for (int64_t s = 0; s < segs; s++)
+        for (int64_t p0 = 0; p0 < seg; p0 += 16) {
+            const int64_t n = min64(16, seg - p0), at = s * seg + p0;
+            const __mmask16 m = (__mmask16)(n == 16 ? 0xFFFF : (1u << n) - 1);
+            for (int64_t q0 = 0; q0 < row_skip + rows; q0 += 16) {
+                __m512 r[16];
+                for (int j = 0; j < 16; j++)
+                    r[j] = j < n ? _mm512_loadu_ps(t + (s * pitch + p0 + j) * tld + q0) : zero;
+                transpose16(r);
+                for (int i = 0; i < 16; i++) {
+                    const int64_t row = q0 + i - row_skip;
+                    if (row < 0 || row >= rows) continue;
+                    __m512 x = r[i];
+                    if (bias) x = _mm512_add_ps(x, _mm512_set1_ps(bias[row]));
+                    if (res) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(m, res + row * ldc + at));
+                    if (relu) x = _mm512_max_ps(zero, x); /* max(0, NaN) is NaN: the second operand */
+                    _mm512_mask_storeu_ps(c + row * ldc + at, m, x);
+                }
             }
         }
-    }
 }
 #define PW_T_HAVE_512 1
 #endif
 
 /* the same sums, any CPU */
-static void block_generic(int mv, int nj, int64_t kc, const float *a, int64_t lda, const float *b, int64_t ldb,
-                          float *t, int64_t tld, int first) {
+static void block_generic(int mv, int nj, int step, int64_t kc, const float *a, int64_t lda, const float *b,
+                          int64_t ldb, const int64_t *koff, float *t, int64_t tld, int first) {
     for (int j = 0; j < nj; j++)
         for (int r = 0; r < PW_TR * mv; r++) {
             const float *ar = a + (r / PW_TR) * lda + r % PW_TR;
             float x = 0.0f;
-            for (int64_t k = 0; k < kc; k++) x += ar[k * PW_TR] * b[k * ldb + j];
+            for (int64_t k = 0; k < kc; k++) x += ar[k * PW_TR] * b[(koff ? koff[k] : k * ldb) + j * step];
             t[j * tld + r] = first ? x : t[j * tld + r] + x;
         }
 }
 
-void pw_gemm_packed_t(int64_t rows, int64_t cols, int64_t K, const float *wp, int64_t row_skip, const float *b,
-                      int64_t ldb, float *c, int64_t ldc, const float *bias, const float *res, int act, float *t) {
+void pw_gemm_packed_t_runs(int64_t rows, int64_t K, const float *wp, int64_t row_skip, const float *b,
+                           int64_t ldb, const pw_truns *u, float *c, int64_t ldc, const float *bias,
+                           const float *res, int act, float *t) {
     const int64_t panels = (row_skip + rows + PW_TR - 1) / PW_TR, tld = panels * PW_TR, lda = K * PW_TR;
-    void (*block)(int, int, int64_t, const float *, int64_t, const float *, int64_t, float *, int64_t, int) =
-        block_generic;
+    void (*block)(int, int, int, int64_t, const float *, int64_t, const float *, int64_t, const int64_t *,
+                  float *, int64_t, int) = block_generic;
 #ifdef PW_T_HAVE_512
     if (pw_gemm_wide()) block = block_t512;
 #endif
     for (int64_t k0 = 0; k0 < K; k0 += PW_TKC) {
         const int64_t kc = min64(PW_TKC, K - k0);
-        for (int64_t p = 0; p < cols; p += PW_TJ)
-            for (int64_t q = 0; q < panels; q += 2)
-                block((int)min64(2, panels - q), (int)min64(PW_TJ, cols - p), kc, wp + q * lda + k0 * PW_TR, lda,
-                      b + k0 * ldb + p, ldb, t + p * tld + q * PW_TR, tld, k0 == 0);
+        const float *bk = u->koff ? b : b + k0 * ldb;
+        for (int64_t r = 0; r < u->runs; r++)
+            for (int64_t p = 0; p < u->width; p += PW_TJ)
+                for (int64_t q = 0; q < panels; q += 2)
+                    block((int)min64(2, panels - q), (int)min64(PW_TJ, u->width - p), (int)u->step, kc,
+                          wp + q * lda + k0 * PW_TR, lda, bk + r * u->bpitch + p * u->step, ldb,
+                          u->koff ? u->koff + k0 : NULL, t + (r * u->width + p) * tld + q * PW_TR, tld, k0 == 0);
     }
     const int relu = act == PW_ACT_RELU;
+    const int64_t segs = u->segs, seg = u->seg, pitch = u->pitch;
 #ifdef PW_T_HAVE_512
     if (block == block_t512) {
-        writeback_t512(rows, cols, row_skip, t, tld, c, ldc, bias, res, relu);
+        writeback_t512(rows, segs, seg, pitch, row_skip, t, tld, c, ldc, bias, res, relu);
         return;
     }
 #endif
@@ -173,11 +193,17 @@ void pw_gemm_packed_t(int64_t rows, int64_t cols, int64_t K, const float *wp, in
         float *ci = c + i * ldc;
         const float *ri = res ? res + i * ldc : NULL;
         const float bi = bias ? bias[i] : 0.0f;
-        for (int64_t p = 0; p < cols; p++) {
-            float x = ti[p * tld] + bi;
+        for (int64_t p = 0; p < segs * seg; p++) {
+            float x = ti[((p / seg) * pitch + p % seg) * tld] + bi;
             if (ri) x += ri[p];
             if (relu) x = x > 0.0f ? x : (x != x ? x : 0.0f);
             ci[p] = x;
         }
     }
+}
+
+void pw_gemm_packed_t(int64_t rows, int64_t cols, int64_t K, const float *wp, int64_t row_skip, const float *b,
+                      int64_t ldb, float *c, int64_t ldc, const float *bias, const float *res, int act, float *t) {
+    const pw_truns u = {1, cols, 1, 0, NULL, 1, cols, cols};
+    pw_gemm_packed_t_runs(rows, K, wp, row_skip, b, ldb, &u, c, ldc, bias, res, act, t);
 }

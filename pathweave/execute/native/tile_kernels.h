@@ -37,6 +37,11 @@ enum {
     PW_K_COPY = 39       /* a reshape that copies (flatten of a transposed tensor) */
 };
 
+/* packed convolution weights (slot S_WPACK_T): panels of PW_MR rows, or of PW_TR rows for the transposed
+ * micro-kernel over an im2col or the input as it lies, or over the input copied with zero padding
+ * (stride 1, no dilation: B's rows are shifted views of it, no im2col) */
+enum { PW_PACK_PANELS = 0, PW_PACK_TRANSPOSED = 1, PW_PACK_PADDED = 2 };
+
 /* epilogue activations (slot S_ACT) */
 enum { PW_ACT_NONE = 0, PW_ACT_RELU = 1, PW_ACT_GELU = 2, PW_ACT_TANH = 3, PW_ACT_SIGMOID = 5 }; /* 4: seq */
 
@@ -56,7 +61,7 @@ enum {
     S_COUNT_PAD = 38, S_DIVISOR = 39,
     S_AUX = 40, S_NAUX = 41, /* cat: address and count of (addr, offset, size, stride0..3) records */
     S_WPACK = 42, /* conv: 0, or the weights packed in panels per group (tile_gemm.h), used instead of sgemm */
-    S_WPACK_T = 43, /* conv: 1 when those panels are PW_TR rows for the transposed micro-kernel */
+    S_WPACK_T = 43, /* conv: PW_PACK_*: how the packed weights are used */
     S_PROFILE = 47 /* 0, or the address of int64 [ns, tiles] the kernel adds each tile's time to */
 };
 
