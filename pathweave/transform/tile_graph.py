@@ -271,8 +271,10 @@ def conv_layout(node: torch.fx.Node) -> str | None:
     """How a convolution's tiles use the transposed micro-kernel, if they do: "narrow" (maps of few
     positions whose 48-wide column passes end in one vector, ``NARROW_MAX_POSITIONS``: ResNet-50's 7x7
     layers ~160 -> ~200 GFLOP/s), "padded" (no im2col: stride 1 and a window over maps at least
-    ``PADDED_MIN_WIDTH`` wide, or a stride-2 window over maps ``PADDED_MIN_WIDTH_STRIDED`` wide: a 1x1
-    stride-2 one read in place ran at 119 GFLOP/s against 140 after an im2col); all for one
+    ``PADDED_MIN_WIDTH`` wide, or stride 2 over maps ``PADDED_MIN_WIDTH_STRIDED`` wide: alone, a 1x1
+    stride-2 layer read in place ran at 119 GFLOP/s against 140 after an im2col, but in ResNet-50 its
+    im2col was redone whenever other layers' tiles ran in between, and reading in place won 2-5%); all
+    for one
     group, no dilation and at least ``NARROW_MIN_K`` products per output. None: the row-vector kernels."""
     dims = shape(node)
     if op_kind(op_name(node)) != "conv" or len(dims) != 4:
@@ -286,7 +288,7 @@ def conv_layout(node: torch.fx.Node) -> str | None:
     if isinstance(args.get("padding"), str) or dilation != [1, 1]:
         return None
     window = w.shape[2] * w.shape[3] > 1
-    if window and stride == [2, 2] and dims[3] >= PADDED_MIN_WIDTH_STRIDED:
+    if stride == [2, 2] and dims[3] >= PADDED_MIN_WIDTH_STRIDED:
         return "padded"
     positions = dims[2] * dims[3]
     if positions <= NARROW_MAX_POSITIONS and 0 < positions % 48 <= 16:

@@ -302,7 +302,7 @@ class _NarrowMaps(torch.nn.Module):
 class _PaddedMaps(torch.nn.Module):
     """The transposed micro-kernel without im2col, k >= 256: stride-1 windows over maps >= 28 wide on a
     zero-padded copy of the input (3x3 and 5x5, no padding, a residual, an odd width, several row tiles),
-    a stride-2 window on a padded copy, one without padding on its input as it lies."""
+    a stride-2 window on a padded copy, one without padding and a 1x1 one on their inputs as they lie."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -313,16 +313,18 @@ class _PaddedMaps(torch.nn.Module):
         self.e = torch.nn.Conv2d(48, 64, 3, stride=2, padding=1)
         self.g = torch.nn.Conv2d(64, 256, 1)  # k = 64: the row-vector kernels
         self.f = torch.nn.Conv2d(256, 32, 3, stride=2)
+        self.h = torch.nn.Conv2d(256, 32, 1, stride=2)
 
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         y = self.c(torch.relu(self.b(torch.relu(self.a(x)))))
         z = torch.relu(self.d(y) + y)
-        return z, self.f(torch.relu(self.g(self.e(z))))
+        u = torch.relu(self.g(self.e(z)))
+        return z, self.f(u), self.h(u)
 
 
 @pytest.mark.parametrize(("model", "shape", "layouts", "row_tiles"), [
     (_NarrowMaps, (1, 32, 14, 14), {"narrow": 2, "padded": 1}, 1),  # a and d; b has stride 2; c k = 48
-    (_PaddedMaps, (1, 32, 30, 33), {"padded": 6}, 3),
+    (_PaddedMaps, (1, 32, 30, 33), {"padded": 7}, 3),
 ])  # fmt: skip
 def test_transposed_kernel_layers_on_every_instruction_set(
     model: type, shape: tuple, layouts: dict, row_tiles: int, outputs_close
