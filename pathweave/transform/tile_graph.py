@@ -55,6 +55,9 @@ CHANNEL_ALIGN = 8
 #: tiles start on multiples of NARROW_ALIGN (two of its panels)
 NARROW_MAX_POSITIONS, NARROW_MIN_K, NARROW_ALIGN = 256, 256, 32
 PADDED_MIN_WIDTH, PADDED_MIN_WIDTH_STRIDED = 28, 7
+#: stride-2 convolutions take it from fewer products per output (ResNet-50's 7x7 stem, k = 147: 82 -> 101
+#: GFLOP/s as a layer alone)
+PADDED_MIN_K_STRIDED = 128
 #: the smallest linear / matmul tile: rows by output features (BERT's 128 x 768 x 768 on one core:
 #: ~120 GFLOP/s in tiles of 64 x 64, ~175 in tiles of 128 x 128)
 MATMUL_MIN_ROWS, MATMUL_MIN_FEATURES = 128, 128
@@ -273,16 +276,16 @@ def conv_layout(node: torch.fx.Node) -> str | None:
     layers ~160 -> ~200 GFLOP/s), "padded" (no im2col: stride 1 and a window over maps at least
     ``PADDED_MIN_WIDTH`` wide, or stride 2 over maps ``PADDED_MIN_WIDTH_STRIDED`` wide: alone, a 1x1
     stride-2 layer read in place ran at 119 GFLOP/s against 140 after an im2col, but in ResNet-50 its
-    im2col was redone whenever other layers' tiles ran in between, and reading in place won 2-5%); all
-    for one
-    group, no dilation and at least ``NARROW_MIN_K`` products per output. None: the row-vector kernels."""
+    im2col was redone whenever other layers' tiles ran in between, and reading in place won 2-5%). All
+    for one group, no dilation and at least ``NARROW_MIN_K`` products per output
+    (``PADDED_MIN_K_STRIDED`` for stride 2). None: the row-vector kernels."""
     dims = shape(node)
     if op_kind(op_name(node)) != "conv" or len(dims) != 4:
         return None
     args = bound_args(node)
     weight = args.get("weight")
     w = weight.meta.get("val") if isinstance(weight, torch.fx.Node) else None
-    if w is None or args.get("groups", 1) != 1 or math.prod(w.shape[1:]) < NARROW_MIN_K:
+    if w is None or args.get("groups", 1) != 1 or math.prod(w.shape[1:]) < PADDED_MIN_K_STRIDED:
         return None
     stride, dilation = (as_ints(args.get(k) or 1, 2) for k in ("stride", "dilation"))
     if isinstance(args.get("padding"), str) or dilation != [1, 1]:
@@ -290,6 +293,8 @@ def conv_layout(node: torch.fx.Node) -> str | None:
     window = w.shape[2] * w.shape[3] > 1
     if stride == [2, 2] and dims[3] >= PADDED_MIN_WIDTH_STRIDED:
         return "padded"
+    if math.prod(w.shape[1:]) < NARROW_MIN_K:
+        return None
     positions = dims[2] * dims[3]
     if positions <= NARROW_MAX_POSITIONS and 0 < positions % 48 <= 16:
         return "narrow"
