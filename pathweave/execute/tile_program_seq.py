@@ -24,6 +24,7 @@ from ..transform.tile_ops import RESHAPES
 from .tile_program import (
     ACTS,
     PANEL_ROWS,
+    PANEL_ROWS_T,
     S_ACT,
     S_ALPHA,
     S_BIAS,
@@ -31,6 +32,7 @@ from .tile_program import (
     S_SCALAR,
     S_W,
     S_WPACK,
+    S_WPACK_T,
     S_X,
     S_XSHAPE,
     S_XSTRIDE,
@@ -43,6 +45,7 @@ from .tile_program import (
     out_shape,
     packed_once,
 )
+from .tile_runtime import gemm_isa
 
 SQ_Z, SQ_YSCALAR = S_W, S_ALPHA
 SQ_ZSTRIDE, SQ_RANK, SQ_DTYPE, SQ_K, SQ_ROWS, SQ_LAYOUT_A, SQ_LAYOUT_B = 28, 32, 33, 34, 35, 36, 37
@@ -246,7 +249,7 @@ def _matmul(node: torch.fx.Node, args: dict, row: np.ndarray, view: View_, graph
     a_strides = [*_batch(a, out), a.strides[-2], a.strides[-1]]
     scratch = _gemm(row, graph, i, out, a, a_strides, b, [*_batch(b, out), b.strides[-2], b.strides[-1]])
     if _packable(b, b_node, alpha, out):
-        _pack_b(row, b, b_node, graph, i)
+        _pack_b(row, b, b_node, graph, i, a_strides)
         scratch = max(scratch, _panel_rows(graph, i, out) * a.shape[-1])
     row[S_SCALAR] = _double(alpha)
     if isinstance(z_node, torch.fx.Node):
@@ -261,19 +264,40 @@ def _matmul(node: torch.fx.Node, args: dict, row: np.ndarray, view: View_, graph
     return scratch
 
 
-def _pack_b(row: np.ndarray, b: View, b_node: torch.fx.Node, graph: TileGraph, i: int) -> None:
+def _pack_b(row: np.ndarray, b: View, b_node: torch.fx.Node, graph: TileGraph, i: int, a: list[int]) -> None:
     """A constant B ([K, N], any strides) for the packed micro-kernels: for each piece [c0, c1) of the
     layer's columns, B[:, c0:c1] as contiguous rows, the pieces one after another, so that a tile streams
     its weights from memory in order (read in place, with rows N apart, they ran slower than OpenBLAS).
+    Where ``rows_kernel`` says so (``a``: A's strides over the output), each piece is stored instead in
+    panels of PANEL_ROWS_T columns (k-major) for ``pw_gemm_rows``, which reads A in place.
     Made once per node and kept in its meta: every program of the graph shares it."""
     cuts = tuple(int(c) for c in graph.grid(i)[-1])
+    panels = rows_kernel(cuts, a)
 
     def blocks() -> np.ndarray:
         full = b.array()
-        pieces = [full[:, c0:c1].astype(np.float32).reshape(-1) for c0, c1 in itertools.pairwise(cuts)]
-        return np.concatenate(pieces)
+        pieces = [full[:, c0:c1].astype(np.float32) for c0, c1 in itertools.pairwise(cuts)]
+        if panels:  # [K, w] -> [w / 16][K][16]
+            pieces = [p.reshape(p.shape[0], -1, PANEL_ROWS_T).transpose(1, 0, 2) for p in pieces]
+        return np.concatenate([np.ascontiguousarray(p).reshape(-1) for p in pieces])
 
-    row[S_WPACK] = packed_once(b_node, ("blocks", b.shape, b.strides, cuts), blocks).ctypes.data
+    how = ("panels" if panels else "blocks", b.shape, b.strides, cuts)
+    row[S_WPACK], row[S_WPACK_T] = packed_once(b_node, how, blocks).ctypes.data, panels
+
+
+def rows_kernel(cuts: tuple[int, ...], a: list[int]) -> bool:
+    """Whether a product with a constant B runs ``pw_gemm_rows`` (A's elements broadcast from where they
+    lie, B in panels of 16 columns: BERT's linear layers ~150 -> ~210 GFLOP/s, no A packed per tile):
+    on the AVX-512 kernels, with every column piece a whole number of panels, A's columns adjacent and
+    its rows not a multiple of 4 KiB apart (12 rows at such a stride share the L1 sets: K = 3072 ran at
+    ~160 GFLOP/s against ~200 packed)."""
+    widths = [c1 - c0 for c0, c1 in itertools.pairwise(cuts)]
+    return (
+        gemm_isa() == "avx512"
+        and all(w % PANEL_ROWS_T == 0 for w in widths)
+        and a[-1] == 1
+        and (4 * a[-2]) % 4096 != 0
+    )
 
 
 def _packable(b: View, b_node: Any, alpha: float, out: tuple[int, ...]) -> bool:
@@ -310,7 +334,7 @@ def _linear(
     scratch = _gemm(row, graph, i, out, x, x_strides, w, [0, 0, w.strides[1], w.strides[0]])
     w_t = View(w.base, w.offset, (w.strides[1], w.strides[0]), (w.shape[1], w.shape[0]), False)
     if _packable(w_t, args["weight"], 1.0, out):
-        _pack_b(row, w_t, args["weight"], graph, i)
+        _pack_b(row, w_t, args["weight"], graph, i, x_strides)
         scratch = max(scratch, _panel_rows(graph, i, out) * w.shape[1])
     row[S_SCALAR], row[S_ACT] = _double(1.0), SEQ_ACTS[act]
     if args.get("bias") is not None:

@@ -160,3 +160,49 @@ def test_linears_on_the_packed_kernels_over_several_column_pieces(outputs_close)
         with torch.no_grad():
             outputs_close(strat(x), model(x), rtol=1e-4, atol_scale=1e-5)
     strat.close()
+
+
+@pytest.mark.parametrize(("rows", "cols", "k", "lda"), [
+    (13, 37, 600, 600),  # a row tail of 1, the last panel 5 columns wide, k in two blocks
+    (24, 32, 64, 80),  # rows of A further apart than k
+    (1, 16, 1, 1),
+])  # fmt: skip
+def test_row_broadcast_product_matches_numpy(isa: str, rows: int, cols: int, k: int, lda: int) -> None:
+    rng = np.random.default_rng(rows * cols + k)
+    a = rng.standard_normal((rows, lda)).astype(np.float32)
+    w = rng.standard_normal((cols, k)).astype(np.float32)  # a linear's weight: B = w^T
+    a[0, 0] = np.nan  # the first row's NaN reaches every column of it, and no other row
+    wp = pack_weights(w.reshape(cols, k, 1, 1), 1, PANEL_ROWS_T)
+    c = np.full((rows, cols + 3), 7.0, dtype=np.float32)  # 3 columns past the product stay untouched
+    lib = tile_runtime._library()
+    lib.pw_gemm_rows.argtypes = [_I64, _I64, _I64, _P, _I64, _P, _P, _I64]
+    lib.pw_gemm_rows(rows, cols, k, a.ctypes.data, lda, wp.ctypes.data, c.ctypes.data, cols + 3)
+    want = a[:, :k].astype(np.float64) @ w.T.astype(np.float64)
+    np.testing.assert_allclose(c[:, :cols], want, rtol=1e-4, atol=1e-4 * np.sqrt(k))
+    np.testing.assert_array_equal(c[:, cols:], 7.0)
+    assert np.isnan(c[0, :cols]).all() and not np.isnan(c[1:]).any()
+
+
+def test_linears_on_the_row_broadcast_kernel_every_instruction_set(outputs_close) -> None:
+    import torch
+
+    import pathweave
+    from pathweave.execute.tile_program import S_WPACK_T
+    from pathweave.execute.tiles import TilesStrategy
+
+    if tile_runtime.gemm_isa() != "avx512":
+        pytest.skip("the row-broadcast kernel is chosen only where the AVX-512 kernels run")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(96, 256), torch.nn.GELU(), torch.nn.Linear(256, 128)).eval()
+    x = torch.randn(2, 140, 96)
+    strat = TilesStrategy(pathweave.capture(model, x), threads=2)
+    assert strat.program.layers[:, S_WPACK_T].sum() == 2
+    try:
+        for isa in tile_runtime.GEMM_ISAS:  # the weights stay in panels; other sets take the C loops
+            tile_runtime.use_gemm_isa(isa)
+            x = torch.randn(2, 140, 96, generator=torch.Generator().manual_seed(len(isa)))
+            with torch.no_grad():
+                outputs_close(strat(x), model(x), rtol=1e-4, atol_scale=1e-5)
+    finally:
+        tile_runtime.use_gemm_isa("avx512")
+        strat.close()

@@ -50,6 +50,13 @@ void pw_gemm_packed_t_runs(int64_t rows, int64_t K, const float *wp, int64_t row
                            int64_t ldb, const pw_truns *u, float *c, int64_t ldc, const float *bias,
                            const float *res, int act, float *t);
 
+/* C[r][p] = sum_k A[r][k] * B[k][p] for rows r of A read in place (rows lda apart, k contiguous) and B
+ * packed in panels of PW_TR columns (k-major, [K][PW_TR], the last padded with zeros): vectors along
+ * C's rows, one element of A broadcast per row and k, nothing of A packed (linear layers: A the tokens,
+ * B the weight). C written with row stride ldc, nothing added. */
+void pw_gemm_rows(int64_t rows, int64_t cols, int64_t K, const float *a, int64_t lda, const float *wp, float *c,
+                  int64_t ldc);
+
 /* floats of a zero-padded input copy of C planes for a kw wide kernel: the planes, the kw - 1 floats
  * the last discarded sums read past them, rounded up to 16 (what follows is 64-byte aligned) */
 static inline int64_t pw_padded_floats(int64_t C, int64_t plane, int64_t kw) { return (C * plane + kw + 15) / 16 * 16; }

@@ -146,6 +146,65 @@ __attribute__((target("avx512f"))) static void writeback_t512(int64_t rows, int6
             }
         }
 }
+/* C[t][16 v ..] (+)= sum_k a[t][k] * w[k][16 v ..] for nj rows of A (lda apart, read in place, one
+ * element broadcast per row and k) and mv panels of 16 columns (packed k-major, lda_w apart); ncol: the
+ * valid columns of the last panel */
+__attribute__((target("avx512f"), always_inline)) static inline void
+kernel_r512(const int mv, const int nj, int64_t kc, const float *w, int64_t ldw, const float *a, int64_t lda,
+            float *c, int64_t ldc, __mmask16 last_mask, int first) {
+    __m512 acc[PW_TJ][2];
+#pragma GCC unroll 12
+    for (int j = 0; j < nj; j++)
+#pragma GCC unroll 2
+        for (int v = 0; v < mv; v++) acc[j][v] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < kc; k++) {
+        const float *wk = w + k * PW_TR;
+        __m512 wv[2];
+#pragma GCC unroll 2
+        for (int v = 0; v < mv; v++) {
+            wv[v] = _mm512_loadu_ps(wk + v * ldw);
+            _mm_prefetch((const char *)(wk + v * ldw + PW_TPF * PW_TR), _MM_HINT_T0);
+        }
+#pragma GCC unroll 12
+        for (int j = 0; j < nj; j++) {
+            const __m512 aj = _mm512_set1_ps(a[j * lda + k]);
+#pragma GCC unroll 2
+            for (int v = 0; v < mv; v++) acc[j][v] = _mm512_fmadd_ps(wv[v], aj, acc[j][v]);
+        }
+    }
+#pragma GCC unroll 12
+    for (int j = 0; j < nj; j++)
+#pragma GCC unroll 2
+        for (int v = 0; v < mv; v++) {
+            const __mmask16 m = v == mv - 1 ? last_mask : (__mmask16)0xFFFF;
+            float *cp = c + j * ldc + 16 * v;
+            __m512 x = acc[j][v];
+            if (!first) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(m, cp));
+            _mm512_mask_storeu_ps(cp, m, x);
+        }
+}
+
+#define PW_R_CASE(MV, NJ)                                                                                    \
+    case NJ:                                                                                                 \
+        kernel_r512(MV, NJ, kc, w, ldw, a, lda, c, ldc, m, first);                                           \
+        break;
+#define PW_R_SWITCH(MV)                                                                                      \
+    switch (nj) {                                                                                            \
+        PW_R_CASE(MV, 1) PW_R_CASE(MV, 2) PW_R_CASE(MV, 3) PW_R_CASE(MV, 4) PW_R_CASE(MV, 5) PW_R_CASE(MV, 6) \
+        PW_R_CASE(MV, 7) PW_R_CASE(MV, 8) PW_R_CASE(MV, 9) PW_R_CASE(MV, 10) PW_R_CASE(MV, 11)                \
+        PW_R_CASE(MV, 12)                                                                                    \
+    }
+
+__attribute__((target("avx512f"))) static void rows_t512(int mv, int nj, int64_t kc, const float *w, int64_t ldw,
+                                                         const float *a, int64_t lda, float *c, int64_t ldc,
+                                                         int64_t ncol, int first) {
+    const __mmask16 m = (__mmask16)(ncol >= 16 ? 0xFFFF : (1u << ncol) - 1);
+    if (mv == 2) {
+        PW_R_SWITCH(2)
+    } else {
+        PW_R_SWITCH(1)
+    }
+}
 #define PW_T_HAVE_512 1
 #endif
 
@@ -206,4 +265,35 @@ void pw_gemm_packed_t(int64_t rows, int64_t cols, int64_t K, const float *wp, in
                       int64_t ldb, float *c, int64_t ldc, const float *bias, const float *res, int act, float *t) {
     const pw_truns u = {1, cols, 1, 0, NULL, 1, cols, cols};
     pw_gemm_packed_t_runs(rows, K, wp, row_skip, b, ldb, &u, c, ldc, bias, res, act, t);
+}
+
+static void rows_generic(int mv, int nj, int64_t kc, const float *w, int64_t ldw, const float *a, int64_t lda,
+                         float *c, int64_t ldc, int64_t ncol, int first) {
+    for (int j = 0; j < nj; j++)
+        for (int v = 0; v < mv; v++)
+            for (int i = 0; i < (v == mv - 1 && ncol < PW_TR ? ncol : PW_TR); i++) {
+                float x = 0.0f;
+                for (int64_t k = 0; k < kc; k++) x += w[v * ldw + k * PW_TR + i] * a[j * lda + k];
+                float *cp = c + j * ldc + PW_TR * v + i;
+                *cp = first ? x : *cp + x;
+            }
+}
+
+void pw_gemm_rows(int64_t rows, int64_t cols, int64_t K, const float *a, int64_t lda, const float *wp, float *c,
+                  int64_t ldc) {
+    const int64_t panels = (cols + PW_TR - 1) / PW_TR, ldw = K * PW_TR;
+    void (*block)(int, int, int64_t, const float *, int64_t, const float *, int64_t, float *, int64_t, int64_t,
+                  int) = rows_generic;
+#ifdef PW_T_HAVE_512
+    if (pw_gemm_wide()) block = rows_t512;
+#endif
+    for (int64_t k0 = 0; k0 < K; k0 += PW_TKC) {
+        const int64_t kc = min64(PW_TKC, K - k0);
+        for (int64_t t = 0; t < rows; t += PW_TJ)
+            for (int64_t q = 0; q < panels; q += 2) {
+                const int mv = (int)min64(2, panels - q);
+                block(mv, (int)min64(PW_TJ, rows - t), kc, wp + q * ldw + k0 * PW_TR, ldw, a + t * lda + k0, lda,
+                      c + t * ldc + q * PW_TR, ldc, cols - (q + mv - 1) * PW_TR, k0 == 0);
+            }
+    }
 }

@@ -412,16 +412,21 @@ static int matmul_packed(const int64_t *L, const box4 *b, float *scratch, int64_
         for (int64_t i1 = b->l[1]; i1 < b->h[1]; i1++) {
             const float *a = x + i0 * xs[0] + i1 * xs[1] + b->l[2] * xs[2];
             float *c = out + out_at(b, i0, i1, b->l[2], b->l[3]);
-            /* the worker's last packed A is kept, as conv_tile keeps its im2col: the next tile over the
-             * same rows (another piece of the columns) skips the packing; the key shares the header */
-            int64_t *key = (int64_t *)scratch;
-            const int64_t want[6] = {(int64_t)(intptr_t)L, stamp, i0, i1, b->l[2], b->h[2]};
-            if (multi || memcmp(key, want, sizeof want)) {
-                pack_panels(a, xs[2], xs[3], rows, K, pa);
-                memcpy(key, want, sizeof want);
+            if (L[S_WPACK_T]) { /* B in panels of PW_TR columns, A read in place (tile_program_seq) */
+                pw_gemm_rows(rows, cols, K, a, xs[2], bp + K * b->l[3], c, N);
+            } else {
+                /* the worker's last packed A is kept, as conv_tile keeps its im2col: the next tile over
+                 * the same rows (another piece of the columns) skips the packing; the key shares the
+                 * header */
+                int64_t *key = (int64_t *)scratch;
+                const int64_t want[6] = {(int64_t)(intptr_t)L, stamp, i0, i1, b->l[2], b->h[2]};
+                if (multi || memcmp(key, want, sizeof want)) {
+                    pack_panels(a, xs[2], xs[3], rows, K, pa);
+                    memcpy(key, want, sizeof want);
+                }
+                /* B's columns [l3, h3): one block of K rows of `cols` floats (tile_program_seq._pack_b) */
+                pw_gemm_packed(rows, cols, K, pa, 0, bp + K * b->l[3], cols, c, N, NULL, NULL, PW_ACT_NONE);
             }
-            /* B's columns [l3, h3) are one block of K rows of `cols` floats (tile_program_seq._pack_b) */
-            pw_gemm_packed(rows, cols, K, pa, 0, bp + K * b->l[3], cols, c, N, NULL, NULL, PW_ACT_NONE);
             const float *zr = z ? z + i0 * zs[0] + i1 * zs[1] + b->l[2] * zs[2] + b->l[3] * zs[3] : NULL;
             for (int64_t r = 0; r < rows; r++) {
                 float *d = c + r * N;
