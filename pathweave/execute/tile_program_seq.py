@@ -288,16 +288,10 @@ def _pack_b(row: np.ndarray, b: View, b_node: torch.fx.Node, graph: TileGraph, i
 def rows_kernel(cuts: tuple[int, ...], a: list[int]) -> bool:
     """Whether a product with a constant B runs ``pw_gemm_rows`` (A's elements broadcast from where they
     lie, B in panels of 16 columns: BERT's linear layers ~150 -> ~210 GFLOP/s, no A packed per tile):
-    on the AVX-512 kernels, with every column piece a whole number of panels, A's columns adjacent and
-    its rows not a multiple of 4 KiB apart (12 rows at such a stride share the L1 sets: K = 3072 ran at
-    ~160 GFLOP/s against ~200 packed)."""
+    on the AVX-512 kernels, with every column piece a whole number of panels and A's columns
+    adjacent."""
     widths = [c1 - c0 for c0, c1 in itertools.pairwise(cuts)]
-    return (
-        gemm_isa() == "avx512"
-        and all(w % PANEL_ROWS_T == 0 for w in widths)
-        and a[-1] == 1
-        and (4 * a[-2]) % 4096 != 0
-    )
+    return gemm_isa() == "avx512" and all(w % PANEL_ROWS_T == 0 for w in widths) and a[-1] == 1
 
 
 def _packable(b: View, b_node: Any, alpha: float, out: tuple[int, ...]) -> bool:

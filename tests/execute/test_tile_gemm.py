@@ -165,6 +165,7 @@ def test_linears_on_the_packed_kernels_over_several_column_pieces(outputs_close)
 @pytest.mark.parametrize(("rows", "cols", "k", "lda"), [
     (13, 37, 600, 600),  # a row tail of 1, the last panel 5 columns wide, k in two blocks
     (24, 32, 64, 80),  # rows of A further apart than k
+    (26, 48, 700, 1024),  # rows 4 KiB apart: copied before the product, block by block
     (1, 16, 1, 1),
 ])  # fmt: skip
 def test_row_broadcast_product_matches_numpy(isa: str, rows: int, cols: int, k: int, lda: int) -> None:

@@ -9,6 +9,7 @@
  * blocks with whole-vector loads) and one pass writes them to C with the bias, residual and ReLU.
  */
 #include <stddef.h>
+#include <string.h>
 
 #include "tile_gemm.h"
 #include "tile_kernels.h"
@@ -287,13 +288,25 @@ void pw_gemm_rows(int64_t rows, int64_t cols, int64_t K, const float *a, int64_t
 #ifdef PW_T_HAVE_512
     if (pw_gemm_wide()) block = rows_t512;
 #endif
+    /* rows of A a multiple of 4 KiB apart share their L1 sets (K = 3072: ~160 GFLOP/s against ~210):
+     * each block of them is copied first to rows PW_TKC + 16 floats apart */
+    const int stage = (lda * (int64_t)sizeof(float)) % 4096 == 0 && rows > 1;
+    float staged[PW_TJ * (PW_TKC + 16)];
     for (int64_t k0 = 0; k0 < K; k0 += PW_TKC) {
         const int64_t kc = min64(PW_TKC, K - k0);
-        for (int64_t t = 0; t < rows; t += PW_TJ)
+        for (int64_t t = 0; t < rows; t += PW_TJ) {
+            const int nj = (int)min64(PW_TJ, rows - t);
+            const float *at = a + t * lda + k0;
+            int64_t ld = lda;
+            if (stage) {
+                for (int j = 0; j < nj; j++) memcpy(staged + j * (PW_TKC + 16), at + j * lda, sizeof(float) * kc);
+                at = staged, ld = PW_TKC + 16;
+            }
             for (int64_t q = 0; q < panels; q += 2) {
                 const int mv = (int)min64(2, panels - q);
-                block(mv, (int)min64(PW_TJ, rows - t), kc, wp + q * ldw + k0 * PW_TR, ldw, a + t * lda + k0, lda,
-                      c + t * ldc + q * PW_TR, ldc, cols - (q + mv - 1) * PW_TR, k0 == 0);
+                block(mv, nj, kc, wp + q * ldw + k0 * PW_TR, ldw, at, ld, c + t * ldc + q * PW_TR, ldc,
+                      cols - (q + mv - 1) * PW_TR, k0 == 0);
             }
+        }
     }
 }
