@@ -406,6 +406,17 @@ PW_HOT static int pool_tile(const int64_t *L, const int32_t *lo, const int32_t *
     const int64_t RS = xs[2];
     if (O != C) return 1;
     const int64_t span = (hi[3] - 1) * sw + kw;
+    if (is_max && kh == 3 && kw == 3 && sh == 2 && sw == 2 && dh == 1 && dw == 1 && xs[3] == 1 &&
+        W + 64 < (int64_t)1 << 31) { /* column indices in 32-bit lanes */
+        int done = 1;
+        for (int64_t n = lo[0]; n < hi[0]; n++)
+            for (int64_t c = lo[1]; c < hi[1]; c++) {
+                done = !pw_pool3s2_max(x + n * xs[0] + c * xs[1], RS, H, W, out + (n * C + c) * OH * OW, OW,
+                                       lo[2], hi[2], lo[3], hi[3], ph, pw);
+                if (!done) break;
+            }
+        if (done) return 0;
+    }
     const int64_t div = divisor ? divisor : (count_pad ? kh * kw : 0); /* the avg's one divisor, if one */
     if (sh == 1 && sw == 1 && dh == 1 && dw == 1 && kw == 2 * pw + 1 && OW == W && OH == H + 2 * ph - kh + 1 &&
         RS == W && xs[3] == 1 && lo[3] == 0 && hi[3] == OW && (is_max || div) && pw < 8 && W <= PW_POOL_CHUNK) {
