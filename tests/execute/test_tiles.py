@@ -145,6 +145,7 @@ POOLS = [
     ("max", dict(kernel_size=5, stride=1, padding=2)),
     ("avg", dict(kernel_size=3, stride=1, padding=1)),  # Inception-v3's, one divisor
     ("max", dict(kernel_size=3, stride=2, ceil_mode=True)),  # GoogLeNet's
+    ("max", dict(kernel_size=2, stride=2, ceil_mode=True)),  # GoogLeNet's last
     ("max", dict(kernel_size=(2, 3), stride=(1, 2), padding=(1, 1), ceil_mode=True)),
     ("max", dict(kernel_size=3, stride=2, padding=1, dilation=2)),  # not separable: the general loop
     ("avg", dict(kernel_size=3, stride=1, padding=1, count_include_pad=False)),

@@ -406,13 +406,13 @@ PW_HOT static int pool_tile(const int64_t *L, const int32_t *lo, const int32_t *
     const int64_t RS = xs[2];
     if (O != C) return 1;
     const int64_t span = (hi[3] - 1) * sw + kw;
-    if (is_max && kh == 3 && kw == 3 && sh == 2 && sw == 2 && dh == 1 && dw == 1 && xs[3] == 1 &&
+    if (is_max && (kw == 2 || kw == 3) && sh == 2 && sw == 2 && dh == 1 && dw == 1 && xs[3] == 1 &&
         W + 64 < (int64_t)1 << 31) { /* column indices in 32-bit lanes */
         int done = 1;
         for (int64_t n = lo[0]; n < hi[0]; n++)
             for (int64_t c = lo[1]; c < hi[1]; c++) {
-                done = !pw_pool3s2_max(x + n * xs[0] + c * xs[1], RS, H, W, out + (n * C + c) * OH * OW, OW,
-                                       lo[2], hi[2], lo[3], hi[3], ph, pw);
+                done = !pw_pool_s2_max(x + n * xs[0] + c * xs[1], RS, H, W, out + (n * C + c) * OH * OW, OW,
+                                       lo[2], hi[2], lo[3], hi[3], kh, kw, ph, pw);
                 if (!done) break;
             }
         if (done) return 0;

@@ -74,9 +74,10 @@ typedef void (*pw_sgemm_fn)(int order, int trans_a, int trans_b, int m, int n, i
 int pw_tile_kernel(const int64_t *layer, const int32_t *lo, const int32_t *hi, float *scratch,
                    pw_sgemm_fn sgemm, int64_t stamp);
 
-/* 3x3 stride-2 max pooling of one channel plane (rows RS apart) over output rows [oh_lo, oh_hi) and
- * columns [ow_lo, ow_hi), padding ph, pw (tile_pool_s2.c); 1 where this CPU lacks AVX-512 */
-int pw_pool3s2_max(const float *xc, int64_t RS, int64_t H, int64_t W, float *oc, int64_t OW, int64_t oh_lo,
-                   int64_t oh_hi, int64_t ow_lo, int64_t ow_hi, int64_t ph, int64_t pw);
+/* kh x kw (kw 2 or 3) stride-2 max pooling of one channel plane (rows RS apart) over output rows
+ * [oh_lo, oh_hi) and columns [ow_lo, ow_hi), padding ph, pw (tile_pool_s2.c); 1 where this CPU lacks
+ * AVX-512 */
+int pw_pool_s2_max(const float *xc, int64_t RS, int64_t H, int64_t W, float *oc, int64_t OW, int64_t oh_lo,
+                   int64_t oh_hi, int64_t ow_lo, int64_t ow_hi, int64_t kh, int64_t kw, int64_t ph, int64_t pw);
 
 #endif

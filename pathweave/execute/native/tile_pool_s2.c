@@ -1,4 +1,4 @@
-/* 3x3 stride-2 max pooling with AVX-512 (GoogLeNet's four pools, ResNet's stem pool).
+/* kh x 3 and kh x 2 stride-2 max pooling with AVX-512 (GoogLeNet's four pools, ResNet's stem pool).
  *
  * The separable loops of tile_kernels.c spent ~300 cycles per output row in short loops and their
  * remainders (GoogLeNet's 832 x 14 x 14 pool: 0.48 ms). Here 16 outputs of a row take 33 input columns:
@@ -30,15 +30,16 @@ __attribute__((target("avx512f"), always_inline)) static inline __m512 load_row(
     return _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), in, r + c);
 }
 
-__attribute__((target("avx512f"))) static void pool3s2(const float *xc, int64_t RS, int64_t H, int64_t W, float *oc,
+__attribute__((target("avx512f"))) static void pool_s2(const float *xc, int64_t RS, int64_t H, int64_t W, float *oc,
                                                        int64_t OW, int64_t oh_lo, int64_t oh_hi, int64_t ow_lo,
-                                                       int64_t ow_hi, int64_t ph, int64_t pw) {
+                                                       int64_t ow_hi, int64_t kh, int64_t kw, int64_t ph,
+                                                       int64_t pw) {
     const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
     const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
     const __m512i next = _mm512_add_epi32(even, _mm512_set1_epi32(2)); /* lane 15 reads 32: set after */
     for (int64_t oh = oh_lo; oh < oh_hi; oh++) {
         const int64_t hs = oh * 2 - ph;
-        const int64_t h0 = hs > 0 ? hs : 0, h1 = hs + 3 < H ? hs + 3 : H;
+        const int64_t h0 = hs > 0 ? hs : 0, h1 = hs + kh < H ? hs + kh : H;
         for (int64_t ow0 = ow_lo; ow0 < ow_hi; ow0 += 16) {
             const int64_t n = ow_hi - ow0 < 16 ? ow_hi - ow0 : 16, c = ow0 * 2 - pw;
             __m512 a = _mm512_set1_ps(-INFINITY), b = a;
@@ -47,36 +48,38 @@ __attribute__((target("avx512f"))) static void pool3s2(const float *xc, int64_t 
                 const float *r = xc + ih * RS;
                 a = vmax_nan(a, load_row(r, c, W));
                 b = vmax_nan(b, load_row(r, c + 16, W));
-                if (c + 32 >= 0 && c + 32 < W) {
+                if (kw == 3 && c + 32 >= 0 && c + 32 < W) {
                     const float v = r[c + 32];
                     last = (v > last) | (v != v) ? v : last;
                 }
             }
             __m512 out = vmax_nan(_mm512_permutex2var_ps(a, even, b), _mm512_permutex2var_ps(a, odd, b));
-            __m512 nx = _mm512_permutex2var_ps(a, next, b);
-            nx = _mm512_mask_blend_ps((__mmask16)0x8000, nx, _mm512_set1_ps(last));
-            out = vmax_nan(out, nx);
+            if (kw == 3) {
+                __m512 nx = _mm512_permutex2var_ps(a, next, b);
+                nx = _mm512_mask_blend_ps((__mmask16)0x8000, nx, _mm512_set1_ps(last));
+                out = vmax_nan(out, nx);
+            }
             _mm512_mask_storeu_ps(oc + oh * OW + ow0, (__mmask16)((1u << n) - 1), out);
         }
     }
 }
 
-int pw_pool3s2_max(const float *xc, int64_t RS, int64_t H, int64_t W, float *oc, int64_t OW, int64_t oh_lo,
-                   int64_t oh_hi, int64_t ow_lo, int64_t ow_hi, int64_t ph, int64_t pw) {
+int pw_pool_s2_max(const float *xc, int64_t RS, int64_t H, int64_t W, float *oc, int64_t OW, int64_t oh_lo,
+                   int64_t oh_hi, int64_t ow_lo, int64_t ow_hi, int64_t kh, int64_t kw, int64_t ph, int64_t pw) {
     static int have = -1;
     if (have < 0) {
         __builtin_cpu_init();
         have = __builtin_cpu_supports("avx512f") != 0;
     }
     if (!have) return 1;
-    pool3s2(xc, RS, H, W, oc, OW, oh_lo, oh_hi, ow_lo, ow_hi, ph, pw);
+    pool_s2(xc, RS, H, W, oc, OW, oh_lo, oh_hi, ow_lo, ow_hi, kh, kw, ph, pw);
     return 0;
 }
 #else
-int pw_pool3s2_max(const float *xc, int64_t RS, int64_t H, int64_t W, float *oc, int64_t OW, int64_t oh_lo,
-                   int64_t oh_hi, int64_t ow_lo, int64_t ow_hi, int64_t ph, int64_t pw) {
+int pw_pool_s2_max(const float *xc, int64_t RS, int64_t H, int64_t W, float *oc, int64_t OW, int64_t oh_lo,
+                   int64_t oh_hi, int64_t ow_lo, int64_t ow_hi, int64_t kh, int64_t kw, int64_t ph, int64_t pw) {
     (void)xc, (void)RS, (void)H, (void)W, (void)oc, (void)OW, (void)oh_lo, (void)oh_hi, (void)ow_lo, (void)ow_hi;
-    (void)ph, (void)pw;
+    (void)kh, (void)kw, (void)ph, (void)pw;
     return 1;
 }
 #endif
