@@ -25,11 +25,14 @@ static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
-/* rows 16 * mv (mv consecutive panels, lda floats apart) x nj positions (step floats apart in B) over kc
- * values of k */
+/* out[j][16 v ..] (+)= sum_k a[v][k][..] * B(k, j) over kc values of k, for mv panels of PW_TR rows
+ * (lda floats apart, k-major) and nj broadcast operands B(k, j) = b[koff[k] + j * step] (koff NULL:
+ * k * ldb). step is a constant (1 or 2: positions of a tile) or 0 for pstride (rows of A read in place
+ * by pw_gemm_rows, where k advances by 1 and j by a row). The last panel's vectors store under mask. */
 __attribute__((target("avx512f"), always_inline)) static inline void
-kernel_t512(const int mv, const int nj, const int step, int64_t kc, const float *a, int64_t lda, const float *b,
-            int64_t ldb, const int64_t *koff, float *t, int64_t tld, int first) {
+kernel512(const int mv, const int nj, const int step, int64_t kc, const float *a, int64_t lda, const float *b,
+          int64_t ldb, const int64_t *koff, int64_t pstride, float *out, int64_t ldo, __mmask16 last, int first) {
+    const int64_t ps = step ? step : pstride;
     __m512 acc[PW_TJ][2];
 #pragma GCC unroll 12
     for (int j = 0; j < nj; j++)
@@ -37,9 +40,11 @@ kernel_t512(const int mv, const int nj, const int step, int64_t kc, const float 
         for (int v = 0; v < mv; v++) acc[j][v] = _mm512_setzero_ps();
     for (int64_t k = 0; k < kc; k++) {
         const float *ak = a + k * PW_TR, *bk = b + (koff ? koff[k] : k * ldb);
-        const float *bn = b + (koff ? koff[k + PW_TPF_B] : (k + PW_TPF_B) * ldb);
-        _mm_prefetch((const char *)bn, _MM_HINT_T0);
-        if (nj * step > 8) _mm_prefetch((const char *)(bn + nj * step - 1), _MM_HINT_T0);
+        if (step) { /* rows of A stream in order: the hardware prefetches them */
+            const float *bn = b + (koff ? koff[k + PW_TPF_B] : (k + PW_TPF_B) * ldb);
+            _mm_prefetch((const char *)bn, _MM_HINT_T0);
+            if (nj * step > 8) _mm_prefetch((const char *)(bn + nj * step - 1), _MM_HINT_T0);
+        }
         __m512 av[2];
 #pragma GCC unroll 2
         for (int v = 0; v < mv; v++) {
@@ -48,7 +53,7 @@ kernel_t512(const int mv, const int nj, const int step, int64_t kc, const float 
         }
 #pragma GCC unroll 12
         for (int j = 0; j < nj; j++) {
-            const __m512 bj = _mm512_set1_ps(bk[j * step]);
+            const __m512 bj = _mm512_set1_ps(bk[j * ps]);
 #pragma GCC unroll 2
             for (int v = 0; v < mv; v++) acc[j][v] = _mm512_fmadd_ps(av[v], bj, acc[j][v]);
         }
@@ -57,21 +62,22 @@ kernel_t512(const int mv, const int nj, const int step, int64_t kc, const float 
     for (int j = 0; j < nj; j++)
 #pragma GCC unroll 2
         for (int v = 0; v < mv; v++) {
-            float *tp = t + j * tld + 16 * v;
+            const __mmask16 m = v == mv - 1 ? last : (__mmask16)0xFFFF;
+            float *op = out + j * ldo + 16 * v;
             __m512 x = acc[j][v];
-            if (!first) x = _mm512_add_ps(x, _mm512_loadu_ps(tp));
-            _mm512_storeu_ps(tp, x);
+            if (!first) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(m, op));
+            _mm512_mask_storeu_ps(op, m, x);
         }
 }
 
 #define PW_T_CASE(MV, NJ)                                                                                    \
     case NJ:                                                                                                 \
         if (!koff)                                                                                           \
-            kernel_t512(MV, NJ, 1, kc, a, lda, b, ldb, NULL, t, tld, first);                                 \
+            kernel512(MV, NJ, 1, kc, a, lda, b, ldb, NULL, 0, t, tld, 0xFFFF, first);                        \
         else if (step == 1)                                                                                  \
-            kernel_t512(MV, NJ, 1, kc, a, lda, b, 0, koff, t, tld, first);                                   \
+            kernel512(MV, NJ, 1, kc, a, lda, b, 0, koff, 0, t, tld, 0xFFFF, first);                          \
         else                                                                                                 \
-            kernel_t512(MV, NJ, 2, kc, a, lda, b, 0, koff, t, tld, first);                                   \
+            kernel512(MV, NJ, 2, kc, a, lda, b, 0, koff, 0, t, tld, 0xFFFF, first);                          \
         break;
 #define PW_T_SWITCH(MV)                                                                                      \
     switch (nj) {                                                                                            \
@@ -147,47 +153,9 @@ __attribute__((target("avx512f"))) static void writeback_t512(int64_t rows, int6
             }
         }
 }
-/* C[t][16 v ..] (+)= sum_k a[t][k] * w[k][16 v ..] for nj rows of A (lda apart, read in place, one
- * element broadcast per row and k) and mv panels of 16 columns (packed k-major, lda_w apart); ncol: the
- * valid columns of the last panel */
-__attribute__((target("avx512f"), always_inline)) static inline void
-kernel_r512(const int mv, const int nj, int64_t kc, const float *w, int64_t ldw, const float *a, int64_t lda,
-            float *c, int64_t ldc, __mmask16 last_mask, int first) {
-    __m512 acc[PW_TJ][2];
-#pragma GCC unroll 12
-    for (int j = 0; j < nj; j++)
-#pragma GCC unroll 2
-        for (int v = 0; v < mv; v++) acc[j][v] = _mm512_setzero_ps();
-    for (int64_t k = 0; k < kc; k++) {
-        const float *wk = w + k * PW_TR;
-        __m512 wv[2];
-#pragma GCC unroll 2
-        for (int v = 0; v < mv; v++) {
-            wv[v] = _mm512_loadu_ps(wk + v * ldw);
-            _mm_prefetch((const char *)(wk + v * ldw + PW_TPF * PW_TR), _MM_HINT_T0);
-        }
-#pragma GCC unroll 12
-        for (int j = 0; j < nj; j++) {
-            const __m512 aj = _mm512_set1_ps(a[j * lda + k]);
-#pragma GCC unroll 2
-            for (int v = 0; v < mv; v++) acc[j][v] = _mm512_fmadd_ps(wv[v], aj, acc[j][v]);
-        }
-    }
-#pragma GCC unroll 12
-    for (int j = 0; j < nj; j++)
-#pragma GCC unroll 2
-        for (int v = 0; v < mv; v++) {
-            const __mmask16 m = v == mv - 1 ? last_mask : (__mmask16)0xFFFF;
-            float *cp = c + j * ldc + 16 * v;
-            __m512 x = acc[j][v];
-            if (!first) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(m, cp));
-            _mm512_mask_storeu_ps(cp, m, x);
-        }
-}
-
 #define PW_R_CASE(MV, NJ)                                                                                    \
     case NJ:                                                                                                 \
-        kernel_r512(MV, NJ, kc, w, ldw, a, lda, c, ldc, m, first);                                           \
+        kernel512(MV, NJ, 0, kc, w, ldw, a, 1, NULL, lda, c, ldc, m, first);                                 \
         break;
 #define PW_R_SWITCH(MV)                                                                                      \
     switch (nj) {                                                                                            \
