@@ -8,6 +8,7 @@ import ctypes
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -49,24 +50,11 @@ def isa(request: pytest.FixtureRequest):
 ])  # fmt: skip
 def test_packed_product_with_epilogue_matches_numpy(isa: str, out: int, k: int, cols: int, first: int,
                                                     count: int) -> None:  # fmt: skip
-    rng = np.random.default_rng(out * k + cols)
-    w = rng.standard_normal((out, k)).astype(np.float32)
-    b = rng.standard_normal((k, cols)).astype(np.float32)
-    bias = rng.standard_normal(out).astype(np.float32)
-    res = rng.standard_normal((out, cols)).astype(np.float32)
-    b[0, cols // 2] = np.nan  # a NaN reaches one column of every row, through the ReLU too
-    wp = pack_weights(w.reshape(out, k, 1, 1), 1)
-    assert wp is not None and wp.shape == (-(-out // PANEL_ROWS), k, PANEL_ROWS)
-    for act, with_bias in ((0, False), (1, True)):
-        c = np.full((count, cols), 7.0, dtype=np.float32)
-        _gemm(wp, count, first % PANEL_ROWS, first // PANEL_ROWS, b, c,
-              bias[first:] if with_bias else None, res[first:] if with_bias else None, act)  # fmt: skip
-        want = w[first : first + count].astype(np.float64) @ b
-        if with_bias:
-            want += bias[first : first + count, None] + res[first : first + count]
-        if act == 1:
-            want = np.where(np.isnan(want), want, np.maximum(want, 0.0))
-        np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-4 * np.sqrt(k))
+    def call(wp: np.ndarray, b: np.ndarray, c: np.ndarray, bias: np.ndarray | None, res: np.ndarray | None,
+             act: int) -> None:  # fmt: skip
+        _gemm(wp, count, first % PANEL_ROWS, first // PANEL_ROWS, b, c, bias, res, act)
+
+    _check_product(out, k, cols, first, count, PANEL_ROWS, call)
 
 
 @pytest.mark.parametrize(("out", "k", "cols", "first", "count"), [
@@ -77,25 +65,36 @@ def test_packed_product_with_epilogue_matches_numpy(isa: str, out: int, k: int, 
 ])  # fmt: skip
 def test_transposed_product_with_epilogue_matches_numpy(isa: str, out: int, k: int, cols: int, first: int,
                                                         count: int) -> None:  # fmt: skip
+    skip, panel = first % PANEL_ROWS_T, first // PANEL_ROWS_T
+    sums = np.full(cols * -(-(skip + count) // PANEL_ROWS_T) * PANEL_ROWS_T, 3.0, dtype=np.float32)
+    lib = tile_runtime._library()
+    lib.pw_gemm_packed_t.argtypes = [_I64, _I64, _I64, _P, _I64, _P, _I64, _P, _I64, _P, _P, ctypes.c_int, _P]
+
+    def call(wp: np.ndarray, b: np.ndarray, c: np.ndarray, bias: np.ndarray | None, res: np.ndarray | None,
+             act: int) -> None:  # fmt: skip
+        at = wp.ctypes.data + 4 * panel * k * PANEL_ROWS_T
+        lib.pw_gemm_packed_t(count, cols, k, at, skip, b.ctypes.data, cols, c.ctypes.data, cols,
+                             None if bias is None else bias.ctypes.data,
+                             None if res is None else res.ctypes.data, act, sums.ctypes.data)  # fmt: skip
+
+    _check_product(out, k, cols, first, count, PANEL_ROWS_T, call)
+
+
+def _check_product(out: int, k: int, cols: int, first: int, count: int, panel_rows: int,
+                   call: Callable[..., None]) -> None:  # fmt: skip
+    """Rows [first, first + count) of W @ B by ``call(wp, b, c, bias, res, act)`` against numpy, with
+    and without bias, residual and ReLU; W packed in panels of ``panel_rows``."""
     rng = np.random.default_rng(out * k + cols)
     w = rng.standard_normal((out, k)).astype(np.float32)
     b = rng.standard_normal((k, cols)).astype(np.float32)
     bias = rng.standard_normal(out).astype(np.float32)
     res = rng.standard_normal((out, cols)).astype(np.float32)
-    b[0, cols // 2] = np.nan
-    wp = pack_weights(w.reshape(out, k, 1, 1), 1, PANEL_ROWS_T)
-    assert wp is not None and wp.shape == (-(-out // PANEL_ROWS_T), k, PANEL_ROWS_T)
-    skip, panel = first % PANEL_ROWS_T, first // PANEL_ROWS_T
-    sums = np.full(cols * -(-(skip + count) // PANEL_ROWS_T) * PANEL_ROWS_T, 3.0, dtype=np.float32)
-    lib = tile_runtime._library()
-    lib.pw_gemm_packed_t.argtypes = [_I64, _I64, _I64, _P, _I64, _P, _I64, _P, _I64, _P, _P, ctypes.c_int, _P]
+    b[0, cols // 2] = np.nan  # a NaN reaches one column of every row, through the ReLU too
+    wp = pack_weights(w.reshape(out, k, 1, 1), 1, panel_rows)
+    assert wp is not None and wp.shape == (-(-out // panel_rows), k, panel_rows)
     for act, with_bias in ((0, False), (1, True)):
         c = np.full((count, cols), 7.0, dtype=np.float32)
-        at = wp.ctypes.data + 4 * panel * k * PANEL_ROWS_T
-        lib.pw_gemm_packed_t(count, cols, k, at, skip, b.ctypes.data, cols, c.ctypes.data, cols,
-                             bias[first:].ctypes.data if with_bias else None,
-                             res[first:].ctypes.data if with_bias else None, act,
-                             sums.ctypes.data)  # fmt: skip
+        call(wp, b, c, bias[first:] if with_bias else None, res[first:] if with_bias else None, act)
         want = w[first : first + count].astype(np.float64) @ b
         if with_bias:
             want += bias[first : first + count, None] + res[first : first + count]

@@ -79,20 +79,20 @@ kernel512(const int mv, const int nj, const int step, int64_t kc, const float *a
         else                                                                                                 \
             kernel512(MV, NJ, 2, kc, a, lda, b, 0, koff, 0, t, tld, 0xFFFF, first);                          \
         break;
-#define PW_T_SWITCH(MV)                                                                                      \
+/* a case of CASE for every count of broadcast operands, 1 .. PW_TJ, and MV panels */
+#define PW_NJ_SWITCH(CASE, MV)                                                                               \
     switch (nj) {                                                                                            \
-        PW_T_CASE(MV, 1) PW_T_CASE(MV, 2) PW_T_CASE(MV, 3) PW_T_CASE(MV, 4) PW_T_CASE(MV, 5) PW_T_CASE(MV, 6) \
-        PW_T_CASE(MV, 7) PW_T_CASE(MV, 8) PW_T_CASE(MV, 9) PW_T_CASE(MV, 10) PW_T_CASE(MV, 11)                \
-        PW_T_CASE(MV, 12)                                                                                    \
+        CASE(MV, 1) CASE(MV, 2) CASE(MV, 3) CASE(MV, 4) CASE(MV, 5) CASE(MV, 6) CASE(MV, 7) CASE(MV, 8)      \
+        CASE(MV, 9) CASE(MV, 10) CASE(MV, 11) CASE(MV, 12)                                                   \
     }
 
 __attribute__((target("avx512f"))) static void block_t512(int mv, int nj, int step, int64_t kc, const float *a,
                                                           int64_t lda, const float *b, int64_t ldb,
                                                           const int64_t *koff, float *t, int64_t tld, int first) {
     if (mv == 2) {
-        PW_T_SWITCH(2)
+        PW_NJ_SWITCH(PW_T_CASE, 2)
     } else {
-        PW_T_SWITCH(1)
+        PW_NJ_SWITCH(PW_T_CASE, 1)
     }
 }
 /* r[i][j] <- r[j][i] for 16 x 16 floats: pairs, then quads, then 128-bit lanes of two steps */
@@ -157,21 +157,15 @@ __attribute__((target("avx512f"))) static void writeback_t512(int64_t rows, int6
     case NJ:                                                                                                 \
         kernel512(MV, NJ, 0, kc, w, ldw, a, 1, NULL, lda, c, ldc, m, first);                                 \
         break;
-#define PW_R_SWITCH(MV)                                                                                      \
-    switch (nj) {                                                                                            \
-        PW_R_CASE(MV, 1) PW_R_CASE(MV, 2) PW_R_CASE(MV, 3) PW_R_CASE(MV, 4) PW_R_CASE(MV, 5) PW_R_CASE(MV, 6) \
-        PW_R_CASE(MV, 7) PW_R_CASE(MV, 8) PW_R_CASE(MV, 9) PW_R_CASE(MV, 10) PW_R_CASE(MV, 11)                \
-        PW_R_CASE(MV, 12)                                                                                    \
-    }
 
 __attribute__((target("avx512f"))) static void rows_t512(int mv, int nj, int64_t kc, const float *w, int64_t ldw,
                                                          const float *a, int64_t lda, float *c, int64_t ldc,
                                                          int64_t ncol, int first) {
     const __mmask16 m = (__mmask16)(ncol >= 16 ? 0xFFFF : (1u << ncol) - 1);
     if (mv == 2) {
-        PW_R_SWITCH(2)
+        PW_NJ_SWITCH(PW_R_CASE, 2)
     } else {
-        PW_R_SWITCH(1)
+        PW_NJ_SWITCH(PW_R_CASE, 1)
     }
 }
 #define PW_T_HAVE_512 1
