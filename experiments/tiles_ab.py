@@ -1,0 +1,66 @@
+"""Experiment (issue 5): A/B of one tile-kernel decision on a whole model, in one process.
+
+Not part of the package. On a noisy 2-core VM, runs of two processes one after the other differed by
+±20%; two ``TilesStrategy`` objects built side by side and timed in alternating runs gave stable ratios.
+The second strategy is built while a module attribute is replaced by a Python expression (a policy
+function, a constant), then the attribute is restored. Between runs the script sleeps 10 ms so that the
+other runtime's workers, which spin a few ms after an inference, have parked.
+
+Run: ``python experiments/tiles_ab.py MODEL MODULE:ATTR EXPR [--threads 2] [--rounds 30]``, e.g.
+``python experiments/tiles_ab.py resnet50 pathweave.execute.tile_program:conv_layout "lambda n: None"``
+(the transposed and im2col-free convolution layouts against the row-vector kernels alone).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import statistics
+import time
+
+import torch
+
+import pathweave
+import pathweave.zoo as zoo
+from pathweave.execute.tiles import TilesStrategy
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model")
+    parser.add_argument("attribute", help="MODULE:ATTR replaced while the second strategy is built")
+    parser.add_argument("expression", help="its value there (a Python expression)")
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--rounds", type=int, default=30)
+    args = parser.parse_args()
+    spec = zoo.get(args.model)
+    captured = pathweave.capture(spec.build(), *spec.example_inputs(), name=args.model)
+    inputs = list(captured.example_inputs)
+    current = TilesStrategy(captured, threads=args.threads)
+    module_name, attr = args.attribute.split(":")
+    module = importlib.import_module(module_name)
+    kept = getattr(module, attr)
+    setattr(module, attr, eval(args.expression))  # an experiment's own command line
+    try:
+        patched = TilesStrategy(captured, threads=args.threads)
+    finally:
+        setattr(module, attr, kept)
+    times: dict[str, list[float]] = {"current": [], "patched": []}
+    for strategy in (current, patched):
+        for _ in range(3):
+            strategy.run_flat(inputs)
+    for _ in range(args.rounds):
+        for name, strategy in (("current", current), ("patched", patched)):
+            time.sleep(0.01)
+            start = time.perf_counter()
+            strategy.run_flat(inputs)
+            times[name].append(time.perf_counter() - start)
+    now, then = (statistics.median(times[k]) * 1e3 for k in ("current", "patched"))
+    print(f"{args.model}, {args.threads} workers, {args.rounds} rounds: current {now:.2f} ms, "
+          f"patched {then:.2f} ms ({then / now:.3f}x)")  # fmt: skip
+    current.close()
+    patched.close()
+
+
+if __name__ == "__main__":
+    main()
