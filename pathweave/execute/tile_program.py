@@ -39,6 +39,8 @@ S_WPACK, S_WPACK_T, S_PROFILE = 42, 43, 47
 #: rows per panel of packed convolution weights (native/tile_gemm.h): PW_MR, and PW_TR for the transposed
 #: micro-kernel
 PANEL_ROWS, PANEL_ROWS_T = 8, 16
+#: entries after the row offsets of a padded convolution (PW_KOFF_PAD in native/tile_gemm.h)
+KOFF_PAD = 8
 #: how a convolution uses its packed weights (slot S_WPACK_T, PW_PACK_* in native/tile_kernels.h)
 PACKS = {None: 0, "narrow": 1, "padded": 2}
 K_CONV, K_MAXPOOL, K_AVGPOOL, K_ADAPTIVE, K_LINEAR, K_EWISE, K_CAT, K_AFFINE, K_PAD, K_SUM = range(1, 11)
@@ -363,8 +365,10 @@ def _conv(
     # narrow tiles and padded inputs take the transposed micro-kernel where the AVX-512 kernels run (with
     # 8-float vectors the column tails waste little); it needs the weights in panels of its own height
     layout = conv_layout(node) if gemm_isa() == "avx512" else None
-    packed = _packed(args["weight"], w, int(args["groups"]), PANEL_ROWS_T if layout else PANEL_ROWS)
-    layout = layout if packed is not None else None
+    packed = _packed(args["weight"], w, int(args["groups"]), PANEL_ROWS_T) if layout else None
+    if packed is None:  # fewer output channels than its panel: the row-vector kernels' panels of 8
+        layout = None
+        packed = _packed(args["weight"], w, int(args["groups"]), PANEL_ROWS)
     if packed is not None:
         keep.append(packed)
         row[S_WPACK], row[S_WPACK_T] = packed.ctypes.data, PACKS[layout]
@@ -381,9 +385,9 @@ def _conv(
     width = x.shape[3] + 2 * pw if layout == "padded" and sh == 1 else out[3]
     channels = -(-(graph.largest_extent(i, 1) + PANEL_ROWS_T - 1) // PANEL_ROWS_T) * PANEL_ROWS_T
     sums = rows * width * channels if layout else 0
-    if layout == "padded":  # the zero-padded copy (pw_padded_floats) and the offsets of B's rows (int64)
+    if layout == "padded":  # the zero-padded copy (pw_padded_floats), the offsets of B's rows (int64)
         copy = x.shape[1] * ((rows - 1) * sh + kh) * (x.shape[3] + 2 * pw) + kw
-        return (-(-copy // 16) * 16 if ph or pw or sh == 1 else 0) + 2 * k + sums
+        return (-(-copy // 16) * 16 if ph or pw or sh == 1 else 0) + 2 * (k + KOFF_PAD) + sums
     if row[S_POINTWISE]:
         return sums
     return k * rows * out[3] + sums

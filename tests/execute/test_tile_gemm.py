@@ -193,7 +193,9 @@ def test_linears_on_the_row_broadcast_kernel_every_instruction_set(outputs_close
     if tile_runtime.gemm_isa() != "avx512":
         pytest.skip("the row-broadcast kernel is chosen only where the AVX-512 kernels run")
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(96, 256), torch.nn.GELU(), torch.nn.Linear(256, 128)).eval()
+    model = torch.nn.Sequential(  # the second layer's rows of A are 4 KiB apart: copied block by block
+        torch.nn.Linear(96, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 128)
+    ).eval()
     x = torch.randn(2, 140, 96)
     strat = TilesStrategy(pathweave.capture(model, x), threads=2)
     assert strat.program.layers[:, S_WPACK_T].sum() == 2

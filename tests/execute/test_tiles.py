@@ -325,12 +325,15 @@ class _PaddedMaps(torch.nn.Module):
         return z, self.f(u), self.h(u)
 
 
-@pytest.mark.parametrize(("model", "shape", "layouts", "row_tiles"), [
-    (_NarrowMaps, (1, 32, 14, 14), {"narrow": 2, "padded": 1}, 1),  # a and d; b has stride 2; c k = 48
-    (_PaddedMaps, (1, 32, 30, 33), {"padded": 7}, 3),
+@pytest.mark.parametrize(("model", "shape", "layouts", "row_tiles", "tiles"), [
+    (_NarrowMaps, (1, 32, 14, 14), {"narrow": 2, "padded": 1}, 1, None),  # a, d; b: stride 2; c: k = 48
+    (_PaddedMaps, (1, 32, 30, 33), {"padded": 7}, 3, None),
+    # tiles asked for: channel tiles start inside the 16-row panels; two images
+    (_NarrowMaps, (2, 32, 14, 14), {"narrow": 2, "padded": 1}, 1, 300),
+    (_PaddedMaps, (2, 32, 30, 33), {"padded": 7}, 3, 300),
 ])  # fmt: skip
 def test_transposed_kernel_layers_on_every_instruction_set(
-    model: type, shape: tuple, layouts: dict, row_tiles: int, outputs_close
+    model: type, shape: tuple, layouts: dict, row_tiles: int, tiles: int | None, outputs_close
 ) -> None:
     from pathweave.execute import tile_runtime
     from pathweave.execute.tile_program import PACKS, S_WPACK_T
@@ -339,8 +342,12 @@ def test_transposed_kernel_layers_on_every_instruction_set(
         pytest.skip("the transposed micro-kernel is chosen only where the AVX-512 kernels run")
     torch.manual_seed(0)
     net = model().eval()
-    strat = TilesStrategy(pathweave.capture(net, torch.randn(shape)), threads=2, work_per_tile=2e5)
+    strat = TilesStrategy(pathweave.capture(net, torch.randn(shape)), threads=2, work_per_tile=2e5,
+                          tiles_per_layer=tiles)  # fmt: skip
     kinds = strat.program.layers[:, S_WPACK_T].tolist()
+    if tiles:
+        g = strat.graph
+        assert any(int(lo) % 16 for lo in g.tile_lo[:, 1])  # some channel tile starts inside a panel
     assert {k: kinds.count(PACKS[k]) for k in layouts} == layouts
     assert len(strat.graph.grid(0)[2]) > row_tiles  # the first layer's row tiles
     try:
@@ -352,3 +359,17 @@ def test_transposed_kernel_layers_on_every_instruction_set(
     finally:
         tile_runtime.use_gemm_isa("avx512")
         strat.close()
+
+
+def test_few_output_channels_keep_the_packed_kernels(outputs_close) -> None:
+    from pathweave.execute.tile_program import S_WPACK, S_WPACK_T
+
+    model = torch.nn.Sequential(torch.nn.Conv2d(64, 12, 3, padding=1), torch.nn.Conv2d(12, 256, 1),
+                                torch.nn.Conv2d(256, 8, 1)).eval()  # fmt: skip
+    x = torch.randn(1, 64, 28, 28)
+    strat = TilesStrategy(pathweave.capture(model, x), threads=2)
+    rows = strat.program.layers
+    assert (rows[:, S_WPACK] != 0).all() and not rows[:, S_WPACK_T].any()  # panels of 8, not OpenBLAS
+    with torch.no_grad():
+        outputs_close(strat(x), model(x), rtol=1e-4, atol_scale=1e-5)
+    strat.close()

@@ -36,11 +36,15 @@ void pw_gemm_packed_t(int64_t rows, int64_t cols, int64_t K, const float *wp, in
                       int64_t ldb, float *c, int64_t ldc, const float *bias, const float *res, int act, float *t);
 
 /* Where the transposed kernel finds B's positions and puts the sums: runs of width positions, run r at
- * b + r * bpitch, positions step floats apart (1 or 2), B's row k at koff[k] (NULL: k * ldb); the sums
+ * b + r * bpitch, positions step floats apart (1 or 2), B's row k at koff[k] (NULL: k * ldb; else K +
+ * PW_KOFF_PAD entries); the sums
  * of run r at position r * width of t. C's rows take segs pieces of seg positions from t's positions
  * s * pitch. A plain product is one run of all positions, one segment. A stride-1 convolution over a
  * zero-padded copy of its input (rows of Wp) is one run over whole padded rows whose C segments skip the
  * 2 pw columns of discarded sums (pitch Wp); a stride-2 one is a run per output row (step 2). */
+/* entries after koff's K that the caller fills (copies of the last): the kernel reads ahead for its B
+ * prefetch */
+#define PW_KOFF_PAD 8
 typedef struct {
     int64_t runs, width, step, bpitch;
     const int64_t *koff;

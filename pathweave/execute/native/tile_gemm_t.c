@@ -17,8 +17,7 @@
 #define PW_TJ 12     /* positions per micro-tile: 2 x 12 accumulators of 16 floats */
 #define PW_TKC 512   /* k per block: a block of weights (up to ~128 KB per tile) stays in L2 */
 #define PW_TPF 64    /* k ahead for the weight prefetch */
-#define PW_TPF_B 6   /* k ahead for B's prefetch (koff: its rows lie apart; koff is read up to this far past
-                      * the block's end, into what follows it, and prefetches never fault) */
+#define PW_TPF_B 6   /* k ahead for B's prefetch (through koff: PW_KOFF_PAD entries follow its end) */
 
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 

@@ -158,9 +158,12 @@ static void conv_padded(const int64_t *L, const float *xn, float *scratch, int64
     const int64_t ph = L[S_PH], pw = L[S_PW], st = L[S_SH], K = C * kh * kw;
     const int copy = ph || pw || st == 1;
     const int64_t Wp = W + 2 * pw, rows = (oh1 - oh0 - 1) * st + kh, plane = copy ? rows * Wp : H * W;
+    /* the input columns some window reads (stride 2 may leave the last one): only those are copied, as
+     * the tile graph orders this tile after the writes of those only */
+    const int64_t used = (OW - 1) * st + kw - pw < W ? (OW - 1) * st + kw - pw : W;
     float *xp = scratch + PW_SCRATCH_HEADER;
     int64_t *koff = (int64_t *)(xp + (copy ? pw_padded_floats(C, plane, kw) : 0));
-    float *t = (float *)(koff + K);
+    float *t = (float *)(koff + K + PW_KOFF_PAD);
     int64_t *key = (int64_t *)scratch;
     const int64_t want[6] = {(int64_t)(intptr_t)L, stamp, n, -1, oh0, oh1};
     if (memcmp(key, want, sizeof want)) {
@@ -173,14 +176,15 @@ static void conv_padded(const int64_t *L, const float *xn, float *scratch, int64
                     continue;
                 }
                 memset(d, 0, sizeof(float) * pw);
-                memcpy(d + pw, xn + (ci * H + ih) * W, sizeof(float) * W);
-                memset(d + pw + W, 0, sizeof(float) * pw);
+                memcpy(d + pw, xn + (ci * H + ih) * W, sizeof(float) * used);
+                memset(d + pw + used, 0, sizeof(float) * (Wp - pw - used));
             }
         /* stride 1: the last positions' discarded sums read up to kw - 1 floats past the copy */
         if (copy) memset(xp + C * plane, 0, sizeof(float) * (pw_padded_floats(C, plane, kw) - C * plane));
         for (int64_t ci = 0, k = 0; ci < C; ci++)
             for (int64_t i = 0; i < kh; i++)
                 for (int64_t j = 0; j < kw; j++) koff[k++] = ci * plane + i * Wp + j;
+        for (int64_t k = K; k < K + PW_KOFF_PAD; k++) koff[k] = koff[K - 1]; /* read by the prefetch */
         memcpy(key, want, sizeof want);
     }
     const int64_t out_rows = oh1 - oh0;

@@ -4,8 +4,7 @@
  * remainders (GoogLeNet's 832 x 14 x 14 pool: 0.48 ms). Here 16 outputs of a row take 33 input columns:
  * two vectors and one float per input row, loaded with the columns outside the input as -inf, combined
  * over the window's rows, then split into the even, odd and next-even columns with two-source
- * permutes; the max keeps NaN as torch does. Lanes past the outputs stored may read columns of other
- * tiles (masked lanes never fault); what they hold reaches no output.
+ * permutes; the max keeps NaN as torch does. Only the columns the stored outputs read are loaded.
  */
 #include "tile_kernels.h"
 
@@ -20,13 +19,13 @@ __attribute__((target("avx512f"), always_inline)) static inline __m512 vmax_nan(
     return _mm512_mask_blend_ps(take, acc, v);
 }
 
-/* columns [c, c + 16) of row r, -inf outside [0, W) */
+/* columns [c, c + 16) of row r, -inf outside [0, end) */
 __attribute__((target("avx512f"), always_inline)) static inline __m512 load_row(const float *r, int64_t c,
-                                                                                  int64_t W) {
+                                                                                  int64_t end) {
     const __m512i lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const __m512i col = _mm512_add_epi32(_mm512_set1_epi32((int)c), lanes);
     const __mmask16 in = _mm512_cmp_epi32_mask(col, _mm512_setzero_si512(), _MM_CMPINT_NLT) &
-                         _mm512_cmp_epi32_mask(col, _mm512_set1_epi32((int)W), _MM_CMPINT_LT);
+                         _mm512_cmp_epi32_mask(col, _mm512_set1_epi32((int)end), _MM_CMPINT_LT);
     return _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), in, r + c);
 }
 
@@ -42,13 +41,15 @@ __attribute__((target("avx512f"))) static void pool_s2(const float *xc, int64_t 
         const int64_t h0 = hs > 0 ? hs : 0, h1 = hs + kh < H ? hs + kh : H;
         for (int64_t ow0 = ow_lo; ow0 < ow_hi; ow0 += 16) {
             const int64_t n = ow_hi - ow0 < 16 ? ow_hi - ow0 : 16, c = ow0 * 2 - pw;
+            /* only the columns these outputs read: others may be another tile's, written meanwhile */
+            const int64_t end = c + 2 * n + kw - 2 < W ? c + 2 * n + kw - 2 : W;
             __m512 a = _mm512_set1_ps(-INFINITY), b = a;
             float last = -INFINITY; /* column c + 32 */
             for (int64_t ih = h0; ih < h1; ih++) {
                 const float *r = xc + ih * RS;
-                a = vmax_nan(a, load_row(r, c, W));
-                b = vmax_nan(b, load_row(r, c + 16, W));
-                if (kw == 3 && c + 32 >= 0 && c + 32 < W) {
+                a = vmax_nan(a, load_row(r, c, end));
+                b = vmax_nan(b, load_row(r, c + 16, end));
+                if (kw == 3 && c + 32 >= 0 && c + 32 < end) {
                     const float v = r[c + 32];
                     last = (v > last) | (v != v) ? v : last;
                 }
@@ -66,12 +67,14 @@ __attribute__((target("avx512f"))) static void pool_s2(const float *xc, int64_t 
 
 int pw_pool_s2_max(const float *xc, int64_t RS, int64_t H, int64_t W, float *oc, int64_t OW, int64_t oh_lo,
                    int64_t oh_hi, int64_t ow_lo, int64_t ow_hi, int64_t kh, int64_t kw, int64_t ph, int64_t pw) {
-    static int have = -1;
-    if (have < 0) {
+    static int have = -1; /* threads racing here store the same answer */
+    int known = __atomic_load_n(&have, __ATOMIC_RELAXED);
+    if (known < 0) {
         __builtin_cpu_init();
-        have = __builtin_cpu_supports("avx512f") != 0;
+        known = __builtin_cpu_supports("avx512f") != 0;
+        __atomic_store_n(&have, known, __ATOMIC_RELAXED);
     }
-    if (!have) return 1;
+    if (!known) return 1;
     pool_s2(xc, RS, H, W, oc, OW, oh_lo, oh_hi, ow_lo, ow_hi, kh, kw, ph, pw);
     return 0;
 }
