@@ -50,9 +50,10 @@ GEMM_MIN_COLUMNS, GEMM_MIN_ROWS = 128, 64
 CHANNEL_ALIGN = 8
 #: convolutions over at most this many positions whose last 48-wide column pass would be one vector of 16
 #: (7x7 and 14x14 maps) run the transposed micro-kernel (native/tile_gemm_t.c), as do stride-1 windows
-#: over maps at least PADDED_MIN_WIDTH wide and stride-2 ones at least PADDED_MIN_WIDTH_STRIDED wide (on a
-#: zero-padded copy of the input, no im2col), all for at least NARROW_MIN_K values of k; their channel
-#: tiles start on multiples of NARROW_ALIGN (two of its panels)
+#: over maps at least PADDED_MIN_WIDTH wide or without column padding (no sum is discarded: Inception's
+#: 7x1 windows) and stride-2 ones over maps at least PADDED_MIN_WIDTH_STRIDED wide (on a zero-padded
+#: copy of the input, no im2col), all for at least NARROW_MIN_K values of k; their channel tiles start
+#: on multiples of NARROW_ALIGN (two of its panels)
 NARROW_MAX_POSITIONS, NARROW_MIN_K, NARROW_ALIGN = 256, 256, 32
 PADDED_MIN_WIDTH, PADDED_MIN_WIDTH_STRIDED = 28, 7
 #: stride-2 convolutions take it from fewer products per output (ResNet-50's 7x7 stem, k = 147: 82 -> 101
@@ -274,11 +275,12 @@ def conv_layout(node: torch.fx.Node) -> str | None:
     """How a convolution's tiles use the transposed micro-kernel, if they do: "narrow" (maps of few
     positions whose 48-wide column passes end in one vector, ``NARROW_MAX_POSITIONS``: ResNet-50's 7x7
     layers ~160 -> ~200 GFLOP/s), "padded" (no im2col: stride 1 and a window over maps at least
-    ``PADDED_MIN_WIDTH`` wide, or stride 2 over maps ``PADDED_MIN_WIDTH_STRIDED`` wide: alone, a 1x1
-    stride-2 layer read in place ran at 119 GFLOP/s against 140 after an im2col, but in ResNet-50 its
-    im2col was redone whenever other layers' tiles ran in between, and reading in place won 2-5%). All
-    for one group, no dilation and at least ``NARROW_MIN_K`` products per output
-    (``PADDED_MIN_K_STRIDED`` for stride 2). None: the row-vector kernels."""
+    ``PADDED_MIN_WIDTH`` wide or without column padding, or stride 2 over maps
+    ``PADDED_MIN_WIDTH_STRIDED`` wide: alone, a 1x1 stride-2 layer read in place ran at 119 GFLOP/s
+    against 140 after an im2col, but in ResNet-50 its im2col was redone whenever other layers' tiles
+    ran in between, and reading in place won 2-5%). All for one group, no dilation and at least
+    ``NARROW_MIN_K`` products per output (``PADDED_MIN_K_STRIDED`` for stride 2). None: the row-vector
+    kernels."""
     dims = shape(node)
     if op_kind(op_name(node)) != "conv" or len(dims) != 4:
         return None
@@ -298,7 +300,8 @@ def conv_layout(node: torch.fx.Node) -> str | None:
     positions = dims[2] * dims[3]
     if positions <= NARROW_MAX_POSITIONS and 0 < positions % 48 <= 16:
         return "narrow"
-    if window and stride == [1, 1] and dims[3] >= PADDED_MIN_WIDTH:
+    pw = as_ints(args.get("padding") or 0, 2)[1]
+    if window and stride == [1, 1] and (dims[3] >= PADDED_MIN_WIDTH or pw == 0):
         return "padded"
     return None
 
