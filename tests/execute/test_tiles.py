@@ -325,9 +325,23 @@ class _PaddedMaps(torch.nn.Module):
         return z, self.f(u), self.h(u)
 
 
+class _SevenByOne(torch.nn.Module):
+    """Inception-v3's factorised 7x7: the 7x1 window (no column padding) on the padded path at width 17,
+    the 1x7 one (padding 3 of 17 columns) on im2col."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Conv2d(48, 64, (7, 1), padding=(3, 0))
+        self.b = torch.nn.Conv2d(64, 64, (1, 7), padding=(0, 3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(torch.relu(self.a(x)))
+
+
 @pytest.mark.parametrize(("model", "shape", "layouts", "row_tiles", "tiles"), [
     (_NarrowMaps, (1, 32, 14, 14), {"narrow": 2, "padded": 1}, 1, None),  # a, d; b: stride 2; c: k = 48
     (_PaddedMaps, (1, 32, 30, 33), {"padded": 7}, 3, None),
+    (_SevenByOne, (1, 48, 17, 17), {"padded": 1, "narrow": 0}, 1, None),
     # tiles asked for: channel tiles start inside the 16-row panels; two images
     (_NarrowMaps, (2, 32, 14, 14), {"narrow": 2, "padded": 1}, 1, 300),
     (_PaddedMaps, (2, 32, 30, 33), {"padded": 7}, 3, 300),
