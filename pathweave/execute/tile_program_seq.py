@@ -277,7 +277,8 @@ def _pack_b(row: np.ndarray, b: View, b_node: torch.fx.Node, graph: TileGraph, i
     def blocks() -> np.ndarray:
         full = b.array()
         pieces = [full[:, c0:c1].astype(np.float32) for c0, c1 in itertools.pairwise(cuts)]
-        if panels:  # [K, w] -> [w / 16][K][16]
+        if panels:  # [K, w] -> [w / 16][K][16], the last piece padded with zero columns
+            pieces[-1] = np.pad(pieces[-1], ((0, 0), (0, -pieces[-1].shape[1] % PANEL_ROWS_T)))
             pieces = [p.reshape(p.shape[0], -1, PANEL_ROWS_T).transpose(1, 0, 2) for p in pieces]
         return np.concatenate([np.ascontiguousarray(p).reshape(-1) for p in pieces])
 
@@ -288,10 +289,10 @@ def _pack_b(row: np.ndarray, b: View, b_node: torch.fx.Node, graph: TileGraph, i
 def rows_kernel(cuts: tuple[int, ...], a: list[int]) -> bool:
     """Whether a product with a constant B runs ``pw_gemm_rows`` (A's elements broadcast from where they
     lie, B in panels of 16 columns: BERT's linear layers ~150 -> ~210 GFLOP/s, no A packed per tile):
-    on the AVX-512 kernels, with every column piece a whole number of panels and A's columns
-    adjacent."""
+    on the AVX-512 kernels, with every column piece but the last a whole number of panels (a piece
+    starts at K times its first column) and A's columns adjacent."""
     widths = [c1 - c0 for c0, c1 in itertools.pairwise(cuts)]
-    return gemm_isa() == "avx512" and all(w % PANEL_ROWS_T == 0 for w in widths) and a[-1] == 1
+    return gemm_isa() == "avx512" and all(w % PANEL_ROWS_T == 0 for w in widths[:-1]) and a[-1] == 1
 
 
 def _packable(b: View, b_node: Any, alpha: float, out: tuple[int, ...]) -> bool:

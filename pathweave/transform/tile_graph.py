@@ -59,6 +59,9 @@ PADDED_MIN_WIDTH, PADDED_MIN_WIDTH_STRIDED = 28, 7
 #: stride-2 convolutions take it from fewer products per output (ResNet-50's 7x7 stem, k = 147: 82 -> 101
 #: GFLOP/s as a layer alone)
 PADDED_MIN_K_STRIDED = 128
+#: linear / matmul column pieces start on multiples of this (panels of native/tile_gemm_t.c's
+#: pw_gemm_rows: GPT-2's LM head, 50257 columns, was cut into pieces of no whole panels)
+FEATURE_ALIGN = 16
 #: the smallest linear / matmul tile: rows by output features (BERT's 128 x 768 x 768 on one core:
 #: ~120 GFLOP/s in tiles of 64 x 64, ~175 in tiles of 128 x 128)
 MATMUL_MIN_ROWS, MATMUL_MIN_FEATURES = 128, 128
@@ -264,10 +267,14 @@ def _inputs(
 
 def _align(node: torch.fx.Node) -> tuple[int, ...] | None:
     """Convolution channel tiles start on whole panels of the packed weights (``CHANNEL_ALIGN``, or
-    ``NARROW_ALIGN`` for the transposed kernel's layers, ``conv_layout``)."""
+    ``NARROW_ALIGN`` for the transposed kernel's layers, ``conv_layout``); the column pieces of matrix
+    products on multiples of ``FEATURE_ALIGN`` (the row-broadcast kernel's weight panels)."""
     dims = shape(node)
-    if op_kind(op_name(node)) == "conv" and len(dims) == 4:
+    kind = op_kind(op_name(node))
+    if kind == "conv" and len(dims) == 4:
         return (1, NARROW_ALIGN if conv_layout(node) else CHANNEL_ALIGN, 1, 1)
+    if kind == "matmul" and len(dims) >= 2:
+        return (*[1] * (len(dims) - 1), FEATURE_ALIGN)
     return None
 
 
