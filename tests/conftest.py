@@ -59,6 +59,24 @@ def assert_outputs_close(got: Any, want: Any, rtol: float, atol_scale: float) ->
         torch.testing.assert_close(g, w, rtol=rtol, atol=atol_scale * max(scale, 1e-6), msg=f"output {i}")
 
 
+class TinyCNN(torch.nn.Module):
+    """Conv, ReLU, max pool, linear on 3x8x8 inputs: a model small enough to export, tile and report on
+    in a second."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.fc = torch.nn.Linear(8 * 4 * 4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(torch.nn.functional.max_pool2d(torch.relu(self.conv(x)), 2).flatten(1))
+
+
+@pytest.fixture(scope="session")
+def tiny_cnn() -> type[TinyCNN]:
+    return TinyCNN
+
+
 @pytest.fixture(scope="session")
 def zoo_cache() -> ZooCache:
     return ZooCache()

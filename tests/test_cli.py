@@ -141,18 +141,9 @@ def test_plan_streams_json(tmp_path, capsys) -> None:
     assert rows[-1]["streams"] == 1 and rows[-1]["waits"] == 0
 
 
-def test_tiles_report_on_a_tiny_model(tmp_path, capsys) -> None:
-    class Tiny(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
-            self.fc = torch.nn.Linear(8 * 4 * 4, 4)
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return self.fc(torch.nn.functional.max_pool2d(torch.relu(self.conv(x)), 2).flatten(1))
-
+def test_tiles_report_on_a_tiny_model(tmp_path, capsys, tiny_cnn) -> None:
     model = tmp_path / "tiny.pt2"
-    torch.export.save(torch.export.export(Tiny().eval(), (torch.randn(1, 3, 8, 8),)), model)
+    torch.export.save(torch.export.export(tiny_cnn().eval(), (torch.randn(1, 3, 8, 8),)), model)
     out = tmp_path / "tiles.json"
     argv = ["tiles", str(model), "--threads", "2", "--rounds", "2", "--requests", "2", "--json", str(out),
             "--quiet"]  # fmt: skip

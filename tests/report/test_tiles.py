@@ -56,21 +56,11 @@ def test_parse_workers() -> None:
         parse_workers("0,2")
 
 
-class _Tiny(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
-        self.fc = torch.nn.Linear(8 * 4 * 4, 4)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc(torch.nn.functional.max_pool2d(torch.relu(self.conv(x)), 2).flatten(1))
-
-
 @pytest.fixture(scope="module")
-def strategy() -> TilesStrategy:
+def strategy(tiny_cnn: type[torch.nn.Module]) -> TilesStrategy:
     torch.manual_seed(0)
     s = TilesStrategy(
-        pathweave.capture(_Tiny().eval(), torch.randn(2, 3, 8, 8)), threads=2, work_per_tile=5e3
+        pathweave.capture(tiny_cnn().eval(), torch.randn(2, 3, 8, 8)), threads=2, work_per_tile=5e3
     )
     yield s
     s.close()
