@@ -294,7 +294,8 @@ def conv_layout(node: torch.fx.Node) -> str | None:
     args = bound_args(node)
     weight = args.get("weight")
     w = weight.meta.get("val") if isinstance(weight, torch.fx.Node) else None
-    if w is None or args.get("groups", 1) != 1 or math.prod(w.shape[1:]) < PADDED_MIN_K_STRIDED:
+    k = math.prod(w.shape[1:]) if w is not None else 0
+    if w is None or args.get("groups", 1) != 1 or k < PADDED_MIN_K_STRIDED:
         return None
     stride, dilation = (as_ints(args.get(k) or 1, 2) for k in ("stride", "dilation"))
     if isinstance(args.get("padding"), str) or dilation != [1, 1]:
@@ -302,7 +303,7 @@ def conv_layout(node: torch.fx.Node) -> str | None:
     window = w.shape[2] * w.shape[3] > 1
     if stride == [2, 2] and dims[3] >= PADDED_MIN_WIDTH_STRIDED:
         return "padded"
-    if math.prod(w.shape[1:]) < NARROW_MIN_K:
+    if k < NARROW_MIN_K:
         return None
     positions = dims[2] * dims[3]
     if positions <= NARROW_MAX_POSITIONS and 0 < positions % 48 <= 16:

@@ -280,16 +280,17 @@ static int conv_tile(const int64_t *L, const int32_t *lo, const int32_t *hi, flo
 /* NaN wins; the bitwise or keeps it branch-free (with || gcc branched, and random data mispredicts) */
 static inline float max_nan(float acc, float v) { return ((v > acc) | (v != v)) ? v : acc; }
 
-/* d[ow] = the max or sum of row[2 ow + j] over the kw taps j */
-PW_HOT static void taps_stride2(float *restrict d, const float *restrict row, int64_t ow_lo, int64_t ow_hi,
-                                int64_t kw, int is_max) {
-    for (int64_t ow = ow_lo; ow < ow_hi; ow++) d[ow] = row[2 * ow];
+/* d[ow] = the max or sum of row[sw ow + j] over the kw taps j; inlined, so that a constant stride (2)
+ * gets loops the compiler vectorises with shuffles */
+__attribute__((always_inline)) static inline void taps(float *restrict d, const float *restrict row, int64_t ow_lo,
+                                                       int64_t ow_hi, int64_t kw, int64_t sw, int is_max) {
+    for (int64_t ow = ow_lo; ow < ow_hi; ow++) d[ow] = row[ow * sw];
     for (int64_t j = 1; j < kw; j++) {
         const float *r = row + j;
         if (is_max)
-            for (int64_t ow = ow_lo; ow < ow_hi; ow++) d[ow] = max_nan(d[ow], r[2 * ow]);
+            for (int64_t ow = ow_lo; ow < ow_hi; ow++) d[ow] = max_nan(d[ow], r[ow * sw]);
         else
-            for (int64_t ow = ow_lo; ow < ow_hi; ow++) d[ow] += r[2 * ow];
+            for (int64_t ow = ow_lo; ow < ow_hi; ow++) d[ow] += r[ow * sw];
     }
 }
 
@@ -324,17 +325,10 @@ PW_HOT static void pool_separable(const float *xc, float *oc, const int64_t *L, 
                 for (int64_t iw = wbeg; iw < wend; iw++) mid[iw] += xr[iw];
         }
         float *d = oc + oh * OW; /* the window's taps one after another, each over all outputs */
-        if (sw == 2) /* a constant stride: the compiler vectorises the loads with shuffles */
-            taps_stride2(d, row, ow_lo, ow_hi, kw, is_max);
-        else {
-            for (int64_t ow = ow_lo; ow < ow_hi; ow++) d[ow] = row[ow * sw];
-            for (int64_t j = 1; j < kw; j++) {
-                if (is_max)
-                    for (int64_t ow = ow_lo; ow < ow_hi; ow++) d[ow] = max_nan(d[ow], row[ow * sw + j]);
-                else
-                    for (int64_t ow = ow_lo; ow < ow_hi; ow++) d[ow] += row[ow * sw + j];
-            }
-        }
+        if (sw == 2)
+            taps(d, row, ow_lo, ow_hi, kw, 2, is_max);
+        else
+            taps(d, row, ow_lo, ow_hi, kw, sw, is_max);
         if (is_max) continue;
         const int64_t he = hs + kh < H + ph ? hs + kh : H + ph;
         for (int64_t ow = ow_lo; ow < ow_hi; ow++) {
