@@ -6,8 +6,12 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from .errors import PathweaveError
+from .errors import InputError, PathweaveError
+
+if TYPE_CHECKING:
+    from .execute.tiles import TilesStrategy
 
 DEFAULT_MODEL = "googlenet"
 
@@ -63,6 +67,7 @@ def _parser() -> argparse.ArgumentParser:
     ti.add_argument("--rounds", type=int, default=10)
     ti.add_argument("--requests", type=int, default=1, help="also time R requests co-executed in one run")
     ti.add_argument("--json", type=Path, help="write the report as JSON here")
+    ti.add_argument("--timeline", type=Path, help="draw one traced inference per worker count (.png, .svg)")
     ti.add_argument("--quiet", action="store_true", help="no progress bar")
     t = sub.add_parser("table", help="markdown results table from bench --json files")
     t.add_argument("files", nargs="+", type=Path)
@@ -176,16 +181,39 @@ def _tiles(args: argparse.Namespace) -> int:
     from .zoo.load import load_model
 
     workers = parse_workers(args.threads)
+    if args.timeline and args.timeline.suffix.lower() not in (".png", ".svg"):  # before the long work
+        raise InputError(f"--timeline is written as .png or .svg, not {args.timeline.suffix or 'no suffix'}")
     loaded = load_model(args.model, batch=args.batch)
     strategy = TilesStrategy(capture(loaded.model, *loaded.inputs, name=loaded.name), threads=max(workers))
     try:
         d = tiles_report(strategy, workers, args.rounds, args.requests, not args.quiet)
+        print(format_tiles(d))
+        if args.json:
+            args.json.write_text(json.dumps(d, indent=2))
+        if args.timeline:
+            _tiles_timeline(strategy, workers, args.timeline)
     finally:
         strategy.close()
-    print(format_tiles(d))
-    if args.json:
-        args.json.write_text(json.dumps(d, indent=2))
     return 0
+
+
+def _tiles_timeline(strategy: TilesStrategy, workers: list[int], path: Path) -> None:
+    from .execute.tile_profile import trace_tiles
+    from .report.timeline import plot_timelines, summary
+
+    inputs = list(strategy.captured.example_inputs)
+    panels = {}
+    for n in workers:
+        strategy.set_workers(n)
+        panels[f"{n} worker{'s' * (n > 1)}"] = spans = trace_tiles(strategy.runtime, strategy.graph,
+                                                     lambda: strategy.run_flat(inputs))  # fmt: skip
+        st = summary(spans)
+        idle = 1 - st["kernel_us"] / (n * st["makespan_us"]) if st["makespan_us"] else 0.0
+        print(f"{n} worker{'s' * (n > 1)}: {st['makespan_us'] / 1e3:.2f} ms from the first tile to the last, "
+              f"{st['kernel_us'] / 1e3:.2f} ms of tiles, idle {100 * idle:.1f}%")  # fmt: skip
+    title = f"{strategy.captured.name}: one inference, tiles by worker"
+    plot_timelines(panels, path, title, row="worker", unit="tile")
+    print(f"wrote {path}")
 
 
 def _codegen(args: argparse.Namespace) -> int:

@@ -160,3 +160,17 @@ def test_tiles_report_on_a_tiny_model(tmp_path, capsys, tiny_cnn) -> None:
     assert two["parallel_fraction"] == pytest.approx(1 - (2 / two["speedup"] - 1))
     assert cli.main(["tiles", str(model), "--threads", "0", "--quiet"]) == 2
     assert "worker counts must be >= 1" in capsys.readouterr().err
+
+
+def test_tiles_timeline_draws_each_worker_count(tmp_path, capsys, tiny_cnn) -> None:
+    pytest.importorskip("matplotlib")
+    model = tmp_path / "tiny.pt2"
+    torch.export.save(torch.export.export(tiny_cnn().eval(), (torch.randn(1, 3, 8, 8),)), model)
+    png = tmp_path / "tiles.png"
+    argv = ["tiles", str(model), "--threads", "2", "--rounds", "1", "--quiet", "--timeline", str(png)]
+    assert cli.main(argv) == 0
+    text = capsys.readouterr().out
+    assert "1 worker: " in text and "2 workers: " in text and "idle" in text
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    assert cli.main([*argv[:-1], str(tmp_path / "tiles.txt")]) == 2  # refused before any work
+    assert "--timeline is written as .png or .svg" in capsys.readouterr().err

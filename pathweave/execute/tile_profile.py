@@ -12,7 +12,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import ExecutionError
+from ..report.timeline import Span
+from ..transform.tile_graph import TileGraph
 from .tile_program import S_PROFILE, TileProgram
+from .tile_runtime import TileRuntime
 
 
 @dataclass(frozen=True)
@@ -40,3 +44,25 @@ def profile_layers(
         LayerTime(str(name), float(ns) / runs / 1e6, int(calls) // runs)
         for name, (ns, calls) in zip(names, counters, strict=True)
     ]
+
+
+def trace_tiles(
+    runtime: TileRuntime, graph: TileGraph, run: Callable[[], None], warmup: int = 3
+) -> list[Span]:
+    """One inference (``run``, after ``warmup`` untraced ones) as spans: one per tile, ``stream`` = the
+    worker that ran it, ``name`` = its layer, times in us from the first tile's start. The gaps between
+    a worker's spans are its idle time: waiting for ready tiles, or scheduling."""
+    for _ in range(warmup):
+        run()
+    with runtime.tracing() as times:
+        run()
+    workers = runtime.ran_on()
+    if len(times) != graph.num_tiles or (workers < 0).any():
+        raise ExecutionError("the traced inference did not run every tile of the graph")
+    layer_of = np.searchsorted(graph.layer_tile_start, np.arange(graph.num_tiles), side="right") - 1
+    t0 = int(times[:, 0].min())
+    return sorted(
+        (Span(int(w), (int(s) - t0) / 1e3, (int(e) - int(s)) / 1e3, str(graph.layer_names[layer]))
+         for (s, e), w, layer in zip(times, workers, layer_of, strict=True)),
+        key=lambda sp: sp.start_us,
+    )  # fmt: skip

@@ -11,6 +11,8 @@ from __future__ import annotations
 import ctypes
 import importlib.machinery
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -52,6 +54,7 @@ def _library() -> ctypes.CDLL:
         lib.pw_ran_on.argtypes = [ctypes.c_void_p]
         lib.pw_set_test_data.argtypes = [ctypes.c_void_p, _F32P, _F32P, _I32P]
         lib.pw_destroy.argtypes = [ctypes.c_void_p]
+        lib.pw_set_trace.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
         i64p = np.ctypeslib.ndpointer(np.int64, flags="C_CONTIGUOUS")
         lib.pw_set_program.argtypes = [ctypes.c_void_p, i64p, _I32P, _I32P, _I32P, ctypes.c_int64,
                                        ctypes.c_void_p]  # fmt: skip
@@ -242,6 +245,18 @@ class TileRuntime:
     def ran_on(self) -> np.ndarray:
         """The worker that ran each tile in the last inference."""
         return np.ctypeslib.as_array(self._lib.pw_ran_on(self._rt), shape=(self.n,)).copy()
+
+    @contextmanager
+    def tracing(self) -> Iterator[np.ndarray]:
+        """Inferences run inside record each tile's kernel start and end (int64 [tiles, 2], monotonic ns;
+        the last inference's values stay). Not across ``set_graph``: that stops the recording."""
+        times = np.zeros((self.n, 2), dtype=np.int64)
+        self._lib.pw_set_trace(self._rt, times.ctypes.data)
+        try:
+            yield times
+        finally:
+            if self._rt:
+                self._lib.pw_set_trace(self._rt, None)
 
     @property
     def steals(self) -> int:

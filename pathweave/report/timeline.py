@@ -66,8 +66,11 @@ def summary(spans: Sequence[Span]) -> dict[str, float]:
             "streams": len({s.stream for s in spans})}  # fmt: skip
 
 
-def plot_timelines(panels: Mapping[str, Sequence[Span]], path: Path, title: str) -> Path:
-    """One panel per entry (label -> spans), rows = streams in order of first use, shared time axis."""
+def plot_timelines(
+    panels: Mapping[str, Sequence[Span]], path: Path, title: str, row: str = "stream", unit: str = "kernel"
+) -> Path:
+    """One panel per entry (label -> spans), rows = streams (or what ``row`` names: the tile runtime's
+    workers) in order of first use, shared time axis; ``unit`` names what a span is."""
     if path.suffix.lower() not in (".png", ".svg"):
         raise InputError(f"the timeline is written as .png or .svg, not {path.suffix or 'no suffix'}")
     require("matplotlib", "plot")
@@ -86,11 +89,12 @@ def plot_timelines(panels: Mapping[str, Sequence[Span]], path: Path, title: str)
             ax.broken_barh(bars, (i - 0.4, 0.8), facecolors=f"C{i % 10}", edgecolor="none")
         st = summary(spans)
         ax.set_yticks(range(len(order)), [str(s) for s in order], fontsize=6)
-        ax.set_ylabel("stream")
+        ax.set_ylabel(row)
         ax.set_ylim(len(order) - 0.5, -0.5)
-        ax.set_title(f"{label}: {st['makespan_us']:.0f} us, {st['kernel_us']:.0f} us of kernels, "
-                     f"{int(st['streams'])} streams, overlap {st['overlap']:.2f}x", fontsize=9)  # fmt: skip
-    axes[-1, 0].set_xlabel("time since the first kernel (us)")
+        rows_used = f"{int(st['streams'])} {row}{'s' * (st['streams'] != 1)}"
+        ax.set_title(f"{label}: {st['makespan_us']:.0f} us, {st['kernel_us']:.0f} us of {unit}s, "
+                     f"{rows_used}, overlap {st['overlap']:.2f}x", fontsize=9)  # fmt: skip
+    axes[-1, 0].set_xlabel(f"time since the first {unit} (us)")
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -66,6 +66,7 @@ struct pw_runtime {
     const float *test_bias;
     const int32_t *test_spin;
     int32_t *ran_on; /* worker that ran each tile, for tests and reports */
+    int64_t *trace;  /* when set: each tile's kernel start and end (CLOCK_MONOTONIC ns), 2 per tile */
     /* PW_OP_LAYER data: layer rows of PW_SLOTS values, each tile's layer and box, scratch per worker */
     const int64_t *layers;
     const int32_t *tile_layer, *tile_lo, *tile_hi;
@@ -182,6 +183,12 @@ static void finish_all(pw_runtime *rt) {
     pthread_mutex_unlock(&rt->park_lock);
 }
 
+static int64_t now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
 static void engine(pw_runtime *rt, int w) {
     int32_t kept = -1;
     while (atomic_load(&rt->done) < rt->n_tiles && !atomic_load(&rt->error)) {
@@ -192,11 +199,14 @@ static void engine(pw_runtime *rt, int w) {
             idle(rt);
             continue;
         }
+        int64_t *trace = rt->trace;
+        if (trace) trace[2 * (int64_t)t] = now_ns();
         if (run_kernel(rt, t, w)) {
             atomic_store(&rt->error, t + 1);
             finish_all(rt);
             return;
         }
+        if (trace) trace[2 * (int64_t)t + 1] = now_ns();
         rt->ran_on[t] = w;
         for (int32_t k = rt->c_ptr[t]; k < rt->c_ptr[t + 1]; k++) {
             int32_t c = rt->c_idx[k];
@@ -211,11 +221,6 @@ static void engine(pw_runtime *rt, int w) {
     }
 }
 
-static int64_t now_ns(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
-}
 
 /* spin until the next inference starts, the runtime stops, or PW_LINGER_NS pass */
 static void linger(pw_runtime *rt, int seen) {
@@ -314,6 +319,7 @@ int pw_set_graph(pw_runtime *rt, int32_t n_tiles, const int32_t *p_ptr, const in
         rt->p_ptr = p_ptr, rt->p_idx = p_idx, rt->c_ptr = c_ptr, rt->c_idx = c_idx, rt->op = op;
         /* the program of the old graph does not fit the new one: layer tiles fail until pw_set_program */
         rt->layers = NULL, rt->tile_layer = NULL, rt->tile_lo = NULL, rt->tile_hi = NULL;
+        rt->trace = NULL; /* sized for the old graph */
         for (int32_t t = 0; t < n_tiles; t++) {
             rt->col[t] = col[t] < 0 ? 0 : (col[t] >= PW_MAX_COLS ? PW_MAX_COLS - 1 : col[t]);
             rt->ran_on[t] = -1;
@@ -345,6 +351,10 @@ pw_runtime *pw_create(int32_t n_tiles, const int32_t *p_ptr, const int32_t *p_id
 int pw_workers(const pw_runtime *rt) { return rt->n_workers; }
 long pw_steals(const pw_runtime *rt) { return atomic_load(&rt->steals); }
 const int32_t *pw_ran_on(const pw_runtime *rt) { return rt->ran_on; }
+
+/* Record each tile's kernel start and end into trace (2 x n_tiles int64, ns) from the next inference on,
+ * or stop recording (NULL). Set between inferences; the array must outlive its use (Python keeps it). */
+void pw_set_trace(pw_runtime *rt, int64_t *trace) { rt->trace = trace; }
 
 void pw_set_test_data(pw_runtime *rt, float *out, const float *bias, const int32_t *spin) {
     rt->test_out = out, rt->test_bias = bias, rt->test_spin = spin;
