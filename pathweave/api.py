@@ -54,7 +54,12 @@ def analyze(model: Any, *inputs: Any, measure: bool = False, **kwargs: Any) -> A
 
 
 def optimize(
-    model: Any, *inputs: Any, strategy: str = "auto", device: str | None = None, **kwargs: Any
+    model: Any,
+    *inputs: Any,
+    strategy: str = "auto",
+    device: str | None = None,
+    stacks: bool = False,
+    **kwargs: Any,
 ) -> Any:
     """A callable that returns ``model``'s outputs, run by the chosen strategy.
 
@@ -74,11 +79,17 @@ def optimize(
       and keeps the faster one, timed here on the example inputs, so it is never slower than the
       baseline it was timed against.
 
+    ``stacks=True`` collapses the stacks inside "sequential" (then the same as "stacks"), "lanes" and
+    "auto" on CPU: each stack is one node to Ramiel's clustering and runs on its lane's thread. Not yet
+    inside "tiles" or "streams" (``InputError``).
+
     The graph is captured for the shapes and dtypes of ``inputs``; calling the result with others
     raises ``InputError``. ``device`` defaults to the inputs' device.
     """
     if strategy not in STRATEGIES:
         raise InputError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
+    if stacks and strategy in ("tiles", "streams"):
+        raise InputError(f"stacks=True: stacks do not run inside strategy {strategy!r} yet")
     if isinstance(model, Captured):
         captured = model
     else:
@@ -92,6 +103,8 @@ def optimize(
         warnings.warn(
             f"{captured.name}: captured by fx tracing; the fast CPU path needs torch.export", stacklevel=2
         )
+    if stacks and torch.device(device).type != "cpu":
+        raise InputError("stacks=True: the stacks' kernels run on CPU so far")
     if strategy == "streams" or (strategy == "auto" and torch.device(device).type == "cuda"):
         return _streams(captured, strategy)
     if strategy == "tiles":
@@ -100,7 +113,7 @@ def optimize(
         from .execute.tiles import TilesStrategy
 
         return TilesStrategy(captured)
-    if strategy == "stacks":
+    if strategy == "stacks" or (strategy == "sequential" and stacks):
         if torch.device(device).type != "cpu":
             raise InputError("strategy 'stacks' runs on CPU so far; use 'sequential' on CUDA")
         from .execute.stacks import StacksStrategy
@@ -111,10 +124,10 @@ def optimize(
             raise InputError("strategy 'lanes' runs on CPU; use 'sequential' on CUDA")
         recapture = _recapture(model, kwargs, captured.name)
         if strategy == "lanes":
-            return build_lanes(captured, recapture)
-        sequential = SequentialExecutor(captured, device=device)
+            return build_lanes(captured, recapture, stacks=stacks)
+        sequential = _sequential_cpu(captured, stacks)
         try:
-            lanes = build_lanes(captured, recapture)
+            lanes = build_lanes(captured, recapture, stacks=stacks)
         except PathweaveError as exc:
             warnings.warn(f"auto: lanes not possible, running sequentially ({exc})", stacklevel=2)
             return sequential
@@ -125,6 +138,14 @@ def optimize(
             warnings.warn(f"auto: lanes failed while timed, running sequentially ({exc})", stacklevel=2)
             return sequential
     return SequentialExecutor(captured, device=device)
+
+
+def _sequential_cpu(captured: Captured, stacks: bool) -> SequentialExecutor:
+    if stacks:
+        from .execute.stacks import StacksStrategy
+
+        return StacksStrategy(captured)
+    return SequentialExecutor(captured, device="cpu")
 
 
 def _streams(captured: Captured, strategy: str) -> Any:

@@ -37,8 +37,9 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--device", default="cpu")
     b.add_argument(
         "--candidates",
-        help="comma-separated candidate names or groups (default: all but the Ramiel variants; 'ramiel': "
-        "the peers, pathweave and Ramiel's LC, LC+pruning, LC+cloning, LC+intra-op lanes)",
+        help="comma-separated candidate names or groups (default: all but the Ramiel variants and "
+        "pathweave:lanes+stacks; 'ramiel': the peers, pathweave and Ramiel's LC, LC+pruning, LC+cloning, "
+        "LC+intra-op lanes)",
     )
     b.add_argument("--json", type=Path, help="write the full results as JSON here")
     b.add_argument("--quiet", action="store_true", help="no progress bars")

@@ -86,12 +86,11 @@ def pathweave_builders(device: str) -> dict[str, Callable[..., Candidate]]:
         return Candidate("pathweave:sequential", "pathweave", lambda: ex.run_flat(flat), threads, note=passes,
                          sync=torch.cuda.synchronize if cuda else None, cuda_events=cuda)  # fmt: skip
 
-    def lanes(captured: Any, threads: int, recapture: Any = None) -> Candidate:
+    def lanes(captured: Any, threads: int, recapture: Any = None, stacks: bool = False) -> Candidate:
         if device != "cpu":
             raise Skip("lanes run on CPU")
-        return _strategy_candidate(
-            "pathweave:lanes", build_lanes(captured, recapture, threads=threads), threads
-        )
+        strat = build_lanes(captured, recapture, threads=threads, stacks=stacks)
+        return _strategy_candidate("pathweave:lanes+stacks" if stacks else "pathweave:lanes", strat, threads)
 
     def stacks(captured: Any, threads: int, recapture: Any = None) -> Candidate:
         if device != "cpu":
@@ -109,6 +108,7 @@ def pathweave_builders(device: str) -> dict[str, Callable[..., Candidate]]:
 
     builders = {"pathweave:sequential": sequential, "pathweave:lanes": lanes, "pathweave:stacks": stacks,
                 "pathweave:tiles": tiles}  # fmt: skip
+    builders[OPT_IN[0]] = functools.partial(lanes, stacks=True)
     for name, (pipeline, clone, lane_threads) in RAMIEL_VARIANTS.items():
         builders[name] = functools.partial(_ramiel_variant, name, pipeline, clone, lane_threads, device)
     if str(device).startswith("cuda"):  # CUDA-only candidates are not listed (as skipped) on CPU benches
@@ -262,9 +262,13 @@ def _run(
     return BenchReport(loaded.name, describe(device) | _versions(), settings, list(results.values()))
 
 
+#: candidates run only when named (like the Ramiel variants): lanes with stacks compile C at build
+OPT_IN = ("pathweave:lanes+stacks",)
+
+
 def _select(available: list[str], wanted: list[str] | None) -> list[str]:
     if not wanted:
-        return [a for a in available if a not in RAMIEL_VARIANTS]
+        return [a for a in available if a not in RAMIEL_VARIANTS and a not in OPT_IN]
     from ..errors import InputError
 
     wanted = [w for group in wanted for w in GROUPS.get(group, [group])]

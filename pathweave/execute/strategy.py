@@ -15,7 +15,7 @@ import torch
 from ..analyze import build_dag
 from ..analyze.profile import measure_node_times
 from ..capture.graph import Captured
-from ..errors import PlanError
+from ..errors import InputError, PlanError
 from ..meta import REPLICA
 from ..schedule.hyper import plan_hyper
 from ..schedule.plan import LanePlan
@@ -23,6 +23,7 @@ from ..transform import FAST_CPU, replicate
 from ..transform.replicate import Split
 from .lanes import LanesExecutor, refuse_inplace
 from .sequential import SequentialExecutor, _compare, _threads
+from .stacks import StacksStrategy
 
 
 class LanesStrategy:
@@ -39,15 +40,18 @@ class LanesStrategy:
         threads: int | None = None,
         clone: bool = True,
         pipeline: tuple[ModuleType, ...] = FAST_CPU,
+        stacks: bool = False,
     ) -> None:
         """``threads`` is the thread budget (default: torch's), ``lanes`` how many lanes share it (default:
         one intra-op thread per lane); ``pipeline`` the rewrites before planning (default: the fast CPU
-        path; Ramiel's variants use none or pruning alone); ``clone`` allows bounded task cloning."""
+        path; Ramiel's variants use none or pruning alone); ``clone`` allows bounded task cloning;
+        ``stacks`` adds BrainSlug's stacks after the fast CPU path (``StacksStrategy``), so that each
+        stack is one node to the clustering and runs on its lane's thread."""
         refuse_inplace(captured.gm, captured.name)
         self.lanes, self.threads_per_lane = _lanes_and_threads(lanes, threads)
         self.captured = captured
         # weights packed for the thread count each lane runs with (see SequentialExecutor)
-        self.sequential = SequentialExecutor(captured, threads=self.threads_per_lane, pipeline=pipeline)
+        self.sequential = _sequential(captured, self.threads_per_lane, pipeline, stacks)
         self.passes = self.sequential.passes
         gm = self.sequential.gm
         with _threads(self.threads_per_lane):
@@ -60,7 +64,11 @@ class LanesStrategy:
         return 1
 
     def summary(self) -> str:
-        return self.plan.summary()
+        return self._stacks_note() + self.plan.summary()
+
+    def _stacks_note(self) -> str:
+        seq = self.sequential
+        return f"{len(seq.stacks)} stacks; " if isinstance(seq, StacksStrategy) else ""
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         flat = self.captured.flatten_inputs(args, kwargs)
@@ -86,11 +94,12 @@ class HyperLanesStrategy(LanesStrategy):
         split: Split,
         lanes: int | None = None,
         threads: int | None = None,
+        stacks: bool = False,
     ) -> None:
         refuse_inplace(captured.gm, captured.name)
         self.lanes, self.threads_per_lane = _lanes_and_threads(lanes, threads)
         self.captured, self.split, self.cloned = captured, split, 0
-        self.sequential = SequentialExecutor(sub, threads=self.threads_per_lane)
+        self.sequential = _sequential(sub, self.threads_per_lane, FAST_CPU, stacks)
         self.passes = self.sequential.passes
         with _threads(self.threads_per_lane):
             sub_times = measure_node_times(dataclasses.replace(sub, gm=self.sequential.gm))
@@ -116,7 +125,8 @@ class HyperLanesStrategy(LanesStrategy):
         sims = ", ".join(f"{v} {p.makespan_us / 1e3:.1f}" for v, p in self.variants.items())
         groups = f"{self.split.copies} groups of {self.split.sub_batch}"
         return (
-            f"hyperclusters: {groups}, variant {self.variant} (simulated ms: {sims}); {self.plan.summary()}"
+            f"{self._stacks_note()}hyperclusters: {groups}, variant {self.variant} (simulated ms: {sims}); "
+            f"{self.plan.summary()}"
         )
 
 
@@ -124,24 +134,38 @@ def build_lanes(
     captured: Captured,
     recapture: Callable[[tuple[torch.Tensor, ...]], Captured] | None = None,
     threads: int | None = None,
+    stacks: bool = False,
 ) -> LanesStrategy:
     """Lanes for ``captured``; for a batch > 1 that splits into groups, hyperclustered lanes, with
     ``recapture(inputs)`` capturing the model at the sub-batch size. Where that is not possible (no
     ``recapture``, a graph fixed to one batch size, an output without a batch dimension), plain lanes
-    on the whole batch, with a warning saying why."""
+    on the whole batch, with a warning saying why. ``stacks``: see ``LanesStrategy``."""
     split = replicate.propose(captured.example_inputs, _budget(threads))
     if split is None:
-        return LanesStrategy(captured, threads=threads)
+        return LanesStrategy(captured, threads=threads, stacks=stacks)
     why = "the model cannot be captured again at the sub-batch size"
     if recapture is not None:
         try:
             sub = recapture(split.slices(captured.example_inputs, 0))
-            return HyperLanesStrategy(captured, sub, split, threads=threads)
+            return HyperLanesStrategy(captured, sub, split, threads=threads, stacks=stacks)
         except Exception as exc:  # any failure here costs the hyperclusters, never the answer
             why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
     warnings.warn(f"{captured.name}: no hyperclustering for batch {split.batch}, plain lanes ({why})",
                   stacklevel=2)  # fmt: skip
-    return LanesStrategy(captured, threads=threads)
+    return LanesStrategy(captured, threads=threads, stacks=stacks)
+
+
+def _sequential(
+    captured: Captured, threads: int, pipeline: tuple[ModuleType, ...], stacks: bool
+) -> SequentialExecutor:
+    """The checked rewritten graph lanes are planned over: ``pipeline``'s, or with ``stacks`` the fast
+    CPU path and the stacks (``StacksStrategy``, which warns and goes on without them where they cannot
+    be built)."""
+    if not stacks:
+        return SequentialExecutor(captured, threads=threads, pipeline=pipeline)
+    if pipeline != FAST_CPU:
+        raise InputError("stacks join the fast CPU pipeline only, not another one")
+    return StacksStrategy(captured, threads=threads)
 
 
 def _budget(threads: int | None) -> int:
