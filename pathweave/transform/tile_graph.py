@@ -56,6 +56,11 @@ CHANNEL_ALIGN = 8
 #: on multiples of NARROW_ALIGN (two of its panels)
 NARROW_MAX_POSITIONS, NARROW_MIN_K, NARROW_ALIGN = 256, 256, 32
 PADDED_MIN_WIDTH, PADDED_MIN_WIDTH_STRIDED = 28, 7
+#: stride-1 windows over maps at least this many times their column padding wide run "padded" even where
+#: "narrow" would apply: the padded rows discard at most 1/8 of the sums, and the im2col they spare grew
+#: past L2 (ResNet-50's 14x14 3x3 layers: 1.8 MB per worker): on 2 workers those layers 1.63 -> 1.34 ms,
+#: the model 25.0 -> 23.9 ms (A/B in one process); its 7x7 ones (2/9 discarded) stay "narrow"
+PADDED_WIDTH_PER_PAD = 14
 #: stride-2 convolutions take it from fewer products per output (ResNet-50's 7x7 stem, k = 147: 82 -> 101
 #: GFLOP/s as a layer alone)
 PADDED_MIN_K_STRIDED = 128
@@ -282,7 +287,8 @@ def conv_layout(node: torch.fx.Node) -> str | None:
     """How a convolution's tiles use the transposed micro-kernel, if they do: "narrow" (maps of few
     positions whose 48-wide column passes end in one vector, ``NARROW_MAX_POSITIONS``: ResNet-50's 7x7
     layers ~160 -> ~200 GFLOP/s), "padded" (no im2col: stride 1 and a window over maps at least
-    ``PADDED_MIN_WIDTH`` wide or without column padding, or stride 2 over maps
+    ``PADDED_MIN_WIDTH`` or ``PADDED_WIDTH_PER_PAD`` times the padding wide or without column padding,
+    before "narrow"; or stride 2 over maps
     ``PADDED_MIN_WIDTH_STRIDED`` wide: alone, a 1x1 stride-2 layer read in place ran at 119 GFLOP/s
     against 140 after an im2col, but in ResNet-50 its im2col was redone whenever other layers' tiles
     ran in between, and reading in place won 2-5%). All for one group, no dilation and at least
@@ -305,12 +311,13 @@ def conv_layout(node: torch.fx.Node) -> str | None:
         return "padded"
     if k < NARROW_MIN_K:
         return None
+    pw = as_ints(args.get("padding") or 0, 2)[1]
+    wide = dims[3] >= min(PADDED_MIN_WIDTH, PADDED_WIDTH_PER_PAD * pw)
+    if window and stride == [1, 1] and (wide or pw == 0):
+        return "padded"
     positions = dims[2] * dims[3]
     if positions <= NARROW_MAX_POSITIONS and 0 < positions % 48 <= 16:
         return "narrow"
-    pw = as_ints(args.get("padding") or 0, 2)[1]
-    if window and stride == [1, 1] and (dims[3] >= PADDED_MIN_WIDTH or pw == 0):
-        return "padded"
     return None
 
 

@@ -287,8 +287,9 @@ def test_stack_sum_and_sigmoid(outputs_close) -> None:
 
 
 class _NarrowMaps(torch.nn.Module):
-    """Convolutions over 14x14 and 7x7 maps with k >= 256: the transposed micro-kernel's layers (after an
-    im2col, and 1x1 on the input as it lies with a residual)."""
+    """Convolutions over 14x14 and 7x7 maps with k >= 256: the transposed micro-kernel's layers (3x3
+    over 14x14 on a padded copy, over 7x7 after an im2col, and 1x1 on the input as it lies with a
+    residual)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -296,10 +297,11 @@ class _NarrowMaps(torch.nn.Module):
         self.b = torch.nn.Conv2d(64, 48, 3, stride=2, padding=1)
         self.c = torch.nn.Conv2d(48, 256, 1)
         self.d = torch.nn.Conv2d(256, 256, 1)
+        self.e = torch.nn.Conv2d(256, 40, 3, padding=1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.c(torch.relu(self.b(torch.relu(self.a(x)))))
-        return torch.relu(self.d(y) + y)
+        return self.e(torch.relu(self.d(y) + y))
 
 
 class _PaddedMaps(torch.nn.Module):
@@ -339,11 +341,11 @@ class _SevenByOne(torch.nn.Module):
 
 
 @pytest.mark.parametrize(("model", "shape", "layouts", "row_tiles", "tiles"), [
-    (_NarrowMaps, (1, 32, 14, 14), {"narrow": 2, "padded": 1}, 1, None),  # a, d; b: stride 2; c: k = 48
+    (_NarrowMaps, (1, 32, 14, 14), {"narrow": 2, "padded": 2}, 1, None),  # d, e; a, b; c: k = 48
     (_PaddedMaps, (1, 32, 30, 33), {"padded": 7}, 3, None),
     (_SevenByOne, (1, 48, 17, 17), {"padded": 1, "narrow": 0}, 1, None),
     # tiles asked for: channel tiles start inside the 16-row panels; two images
-    (_NarrowMaps, (2, 32, 14, 14), {"narrow": 2, "padded": 1}, 1, 300),
+    (_NarrowMaps, (2, 32, 14, 14), {"narrow": 2, "padded": 2}, 1, 300),
     (_PaddedMaps, (2, 32, 30, 33), {"padded": 7}, 3, 300),
 ])  # fmt: skip
 def test_transposed_kernel_layers_on_every_instruction_set(
