@@ -16,8 +16,10 @@ from .execute import SequentialExecutor, build_lanes
 
 #: strategies ``optimize`` knows; bench candidates are named "pathweave:<strategy>"
 STRATEGIES = ("auto", "sequential", "lanes", "stacks", "streams", "tiles")
-#: rounds per candidate when "auto" times sequential against lanes
+#: timed rounds per candidate when "auto" chooses among strategies
 AUTO_ROUNDS = 7
+#: idle time before each of "auto"'s untimed-then-timed calls on CPU (see ``_fastest``)
+AUTO_GAP_S = 0.02
 
 
 def _captured(model: Any, inputs: tuple, kwargs: dict) -> Captured:
@@ -75,9 +77,9 @@ def optimize(
     - "streams": Opara on CUDA: kernels profiled once, nodes on several CUDA streams in a resource-aware
       launch order, the whole model captured into one CUDA Graph (``execute.streams``). Outputs are
       copies (the graph's own buffers are overwritten by the next call).
-    - "auto": on CPU builds sequential and lanes, on CUDA the single-stream and the Opara CUDA Graphs,
-      and keeps the faster one, timed here on the example inputs, so it is never slower than the
-      baseline it was timed against.
+    - "auto": on CPU builds sequential, lanes and tiles (where the tile kernels cover the model; else a
+      warning), on CUDA the single-stream and the Opara CUDA Graphs, and keeps the fastest, timed here
+      on the example inputs, so it is never slower than the baseline it was timed against.
 
     ``stacks=True`` collapses the stacks inside "sequential" (then the same as "stacks"), "lanes" and
     "auto" on CPU: each stack is one node to Ramiel's clustering and runs on its lane's thread. Not yet
@@ -110,9 +112,7 @@ def optimize(
     if strategy == "tiles":
         if torch.device(device).type != "cpu":
             raise InputError("strategy 'tiles' runs on CPU")
-        from .execute.tiles import TilesStrategy
-
-        return TilesStrategy(captured)
+        return _tiles(captured)
     if strategy == "stacks" or (strategy == "sequential" and stacks):
         if torch.device(device).type != "cpu":
             raise InputError("strategy 'stacks' runs on CPU so far; use 'sequential' on CUDA")
@@ -125,19 +125,21 @@ def optimize(
         recapture = _recapture(model, kwargs, captured.name)
         if strategy == "lanes":
             return build_lanes(captured, recapture, stacks=stacks)
-        sequential = _sequential_cpu(captured, stacks)
-        try:
-            lanes = build_lanes(captured, recapture, stacks=stacks)
-        except PathweaveError as exc:
-            warnings.warn(f"auto: lanes not possible, running sequentially ({exc})", stacklevel=2)
-            return sequential
-        try:
-            return _faster(sequential, lanes, captured)
-        except PathweaveError as exc:
-            lanes.close()
-            warnings.warn(f"auto: lanes failed while timed, running sequentially ({exc})", stacklevel=2)
-            return sequential
+        built = [_sequential_cpu(captured, stacks)]
+        for name, build in (("lanes", lambda: build_lanes(captured, recapture, stacks=stacks)),
+                            ("tiles", lambda: _tiles(captured))):  # fmt: skip
+            try:
+                built.append(build())
+            except PathweaveError as exc:
+                warnings.warn(f"auto: {name} not possible, choosing among the others ({exc})", stacklevel=2)
+        return _fastest(built, captured)
     return SequentialExecutor(captured, device=device)
+
+
+def _tiles(captured: Captured) -> Any:
+    from .execute.tiles import TilesStrategy
+
+    return TilesStrategy(captured)
 
 
 def _sequential_cpu(captured: Captured, stacks: bool) -> SequentialExecutor:
@@ -164,30 +166,50 @@ def _streams(captured: Captured, strategy: str) -> Any:
     except Exception as exc:  # noqa: BLE001
         warnings.warn(f"auto: streams not possible, running the sequential CUDA Graph ({exc})", stacklevel=3)
         return single
-    return _faster(single, streams, captured, sync=torch.cuda.synchronize)
+    return _fastest([single, streams], captured, sync=torch.cuda.synchronize)
 
 
-def _faster(a: Any, b: Any, captured: Captured, sync: Any = None) -> Any:
-    """The faster of two built strategies, timed interleaved on the example inputs; the loser is closed.
-    ``sync`` waits for asynchronous work (CUDA) before the clock is read."""
+def _fastest(built: list[Any], captured: Captured, sync: Any = None) -> Any:
+    """The fastest of the built strategies, timed on the example inputs in rounds of a rotating order;
+    the others are closed. Each timed call follows an idle gap (CPU) and one untimed call, as the bench
+    does: thread pools that spin after a call (the tile engines linger 3 ms) then slow only their own
+    untimed call, not the next strategy's timed one. A strategy other than the first (the baseline)
+    that fails while timed is dropped with a warning. ``sync`` waits for asynchronous work (CUDA)."""
     flat = [t.to("cuda") if sync is not None else t for t in captured.example_inputs]
-    times: dict[int, list[float]] = {0: [], 1: []}
-    for fn in (a, b):
-        fn.run_flat(flat)
-    for r in range(AUTO_ROUNDS):
-        for i, fn in ((0, a), (1, b)) if r % 2 == 0 else ((1, b), (0, a)):
-            if sync is not None:
-                sync()
-            t0 = time.perf_counter()
-            fn.run_flat(flat)
-            if sync is not None:
-                sync()
-            times[i].append(time.perf_counter() - t0)
-    keep, drop = (b, a) if statistics.median(times[1]) < statistics.median(times[0]) else (a, b)
-    if hasattr(drop, "close"):
-        drop.close()
-    keep.auto_times_ms = {  # what the choice was based on
-        getattr(a, "label", a.strategy): statistics.median(times[0]) * 1e3,
-        getattr(b, "label", b.strategy): statistics.median(times[1]) * 1e3,
-    }
+    times: dict[int, list[float]] = {i: [] for i in range(len(built))}
+
+    def call(i: int) -> None:
+        built[i].run_flat(flat)
+        if sync is not None:
+            sync()
+
+    for r in range(-1, AUTO_ROUNDS):  # round -1: one warm-up call each
+        for i in [(r + j) % len(built) for j in range(len(built))]:
+            if i not in times:
+                continue
+            try:
+                if sync is None:
+                    time.sleep(AUTO_GAP_S)
+                call(i)
+                t0 = time.perf_counter()
+                call(i)
+                if r >= 0:
+                    times[i].append(time.perf_counter() - t0)
+            except PathweaveError as exc:
+                if i == 0:
+                    raise
+                warnings.warn(f"auto: {_label(built[i])} failed while timed, dropped ({exc})", stacklevel=3)
+                del times[i]
+    medians = {i: statistics.median(t) for i, t in times.items()}
+    keep = built[min(medians, key=medians.__getitem__)]
+    for fn in built:
+        if fn is not keep and hasattr(fn, "close"):
+            fn.close()
+    keep.auto_times_ms = {
+        _label(built[i]): m * 1e3 for i, m in medians.items()
+    }  # what the choice was based on
     return keep
+
+
+def _label(strategy: Any) -> str:
+    return getattr(strategy, "label", strategy.strategy)

@@ -161,6 +161,36 @@ def test_optimize_tuple_outputs() -> None:
     _close(c, want_c)
 
 
+def test_auto_chooses_among_sequential_lanes_and_tiles(tiny_cnn) -> None:
+    model, x = tiny_cnn().eval(), torch.randn(1, 3, 8, 8)
+    fast = pathweave.optimize(model, x)
+    assert set(fast.auto_times_ms) == {"sequential", "lanes", "tiles"}
+    assert fast.auto_times_ms[fast.strategy] == min(fast.auto_times_ms.values())
+    with torch.no_grad():
+        _close(fast(x), model(x))
+
+
+def test_auto_drops_a_strategy_that_fails_while_timed(tiny_cnn, monkeypatch) -> None:
+    from pathweave import api
+
+    built = api._tiles
+
+    def broken_later(captured: pathweave.Captured) -> object:
+        strat = built(captured)  # built and checked; its runs fail from here on
+
+        def fail(flat: list) -> None:
+            raise errors.ExecutionError("tile 3 failed")
+
+        strat.run_flat = fail
+        return strat
+
+    monkeypatch.setattr(api, "_tiles", broken_later)
+    model, x = tiny_cnn().eval(), torch.randn(1, 3, 8, 8)
+    with pytest.warns(UserWarning, match="auto: tiles failed while timed, dropped .*tile 3 failed"):
+        fast = pathweave.optimize(model, x)
+    assert set(fast.auto_times_ms) == {"sequential", "lanes"} and fast.strategy != "tiles"
+
+
 def test_optimize_a_zoo_name(zoo_cache) -> None:
     from pathweave import zoo
 
