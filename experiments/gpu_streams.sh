@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Issue 4 on a lent GPU machine (the device tool): GPU tests, the GoogLeNet timeline, CUDA benches.
+# Issues 4 and 6 on a lent GPU machine (the device tool): GPU tests, the GoogLeNet timeline, CUDA benches.
 # Usage there:  bash experiments/gpu_streams.sh STEPS...   with steps such as
 #   tests | timeline | bench:MODEL:BATCH[:CANDIDATES]
+# e.g. the stacks' Triton kernels on BrainSlug's network: bench:poolstack:8:cuda:eager,cuda:compile-ro,pathweave:stacks
 # Each step gets what is left of DEADLINE_S (default 560 s) minus a margin; everything lands in
 # $OUT/gpu (log, bench JSON, picture) and is packed into $OUT/gpu.tar.gz at the end.
 set -uo pipefail
@@ -38,7 +39,7 @@ for s in "$@"; do
   case $s in
     tests)
       step tests python3 -m pytest -q -m gpu -p no:cacheprovider tests/execute/test_streams.py \
-        tests/analyze/test_kernels.py
+        tests/analyze/test_kernels.py tests/transform/test_stack_triton.py
       ;;
     timeline)
       step timeline python3 -m pathweave timeline googlenet -o "$dir/timeline_googlenet.png" \

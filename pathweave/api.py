@@ -69,7 +69,8 @@ def optimize(
     - "lanes": Ramiel's clusters on lanes of one intra-op thread each, run at once; for a batch > 1,
       hyperclusters (the batch split into groups, the groups' graphs interleaved on the lanes).
     - "stacks": the sequential path with chains of element-wise and pooling layers run depth first by
-      generated C kernels (BrainSlug); CPU only.
+      generated kernels (BrainSlug): C on CPU, Triton on CUDA (checked here only in Triton's
+      interpreter: no GPU has run them yet).
     - "tiles": ASPEN on CPU: each layer's output cut into tiles, a tile dataflow graph, one native
       scheduling engine per thread running ready tiles with no barrier between layers; native kernels
       (OpenBLAS for the matrix products). float32 CNNs, MLPs and transformers (int64 ids and bool masks
@@ -81,9 +82,9 @@ def optimize(
       warning), on CUDA the single-stream and the Opara CUDA Graphs, and keeps the fastest, timed here
       on the example inputs, so it is never slower than the baseline it was timed against.
 
-    ``stacks=True`` collapses the stacks inside "sequential" (then the same as "stacks"), "lanes" and
-    "auto" on CPU: each stack is one node to Ramiel's clustering and runs on its lane's thread. Not yet
-    inside "tiles" or "streams" (``InputError``).
+    ``stacks=True`` collapses the stacks inside "sequential" (then the same as "stacks"), and inside
+    "lanes" and "auto" on CPU: each stack is one node to Ramiel's clustering and runs on its lane's
+    thread. Not yet inside "tiles" or "streams" (``InputError``).
 
     The graph is captured for the shapes and dtypes of ``inputs``; calling the result with others
     raises ``InputError``. ``device`` defaults to the inputs' device.
@@ -105,8 +106,8 @@ def optimize(
         warnings.warn(
             f"{captured.name}: captured by fx tracing; the fast CPU path needs torch.export", stacklevel=2
         )
-    if stacks and torch.device(device).type != "cpu":
-        raise InputError("stacks=True: the stacks' kernels run on CPU so far")
+    if stacks and strategy in ("auto", "lanes") and torch.device(device).type != "cpu":
+        raise InputError(f"stacks=True with strategy {strategy!r} runs on CPU; on CUDA use 'stacks'")
     if strategy == "streams" or (strategy == "auto" and torch.device(device).type == "cuda"):
         return _streams(captured, strategy)
     if strategy == "tiles":
@@ -114,11 +115,9 @@ def optimize(
             raise InputError("strategy 'tiles' runs on CPU")
         return _tiles(captured)
     if strategy == "stacks" or (strategy == "sequential" and stacks):
-        if torch.device(device).type != "cpu":
-            raise InputError("strategy 'stacks' runs on CPU so far; use 'sequential' on CUDA")
         from .execute.stacks import StacksStrategy
 
-        return StacksStrategy(captured)
+        return StacksStrategy(captured, device=device)
     if strategy == "lanes" or (strategy == "auto" and torch.device(device).type == "cpu"):
         if torch.device(device).type != "cpu":
             raise InputError("strategy 'lanes' runs on CPU; use 'sequential' on CUDA")

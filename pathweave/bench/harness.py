@@ -93,11 +93,14 @@ def pathweave_builders(device: str) -> dict[str, Callable[..., Candidate]]:
         return _strategy_candidate("pathweave:lanes+stacks" if stacks else "pathweave:lanes", strat, threads)
 
     def stacks(captured: Any, threads: int, recapture: Any = None) -> Candidate:
-        if device != "cpu":
-            raise Skip("stacks run on CPU")
         from ..execute.stacks import StacksStrategy
 
-        return _strategy_candidate("pathweave:stacks", StacksStrategy(captured, threads=threads), threads)
+        strat = StacksStrategy(captured, threads=threads, device=device)
+        if device == "cpu":
+            return _strategy_candidate("pathweave:stacks", strat, threads)
+        flat = [t.to(device) for t in captured.example_inputs]  # Triton kernels (stack_triton)
+        return Candidate("pathweave:stacks", "pathweave", lambda: strat.run_flat(flat), threads,
+                         note=strat.summary(), sync=torch.cuda.synchronize, cuda_events=True)  # fmt: skip
 
     def tiles(captured: Any, threads: int, recapture: Any = None) -> Candidate:
         if device != "cpu":

@@ -40,8 +40,10 @@ class SequentialExecutor:
         device: str = "cpu",
         fast: bool = True,
         threads: int | None = None,
-        pipeline: tuple[ModuleType, ...] = FAST_CPU,
+        pipeline: tuple[ModuleType, ...] | None = None,
     ) -> None:
+        """``pipeline``: the rewrites (default: ``FAST_CPU`` on CPU, none on other devices, whose kernels
+        they target); one given is applied on any device (the stacks' on CUDA)."""
         self.captured = captured
         self.device = torch.device(device)
         self.passes: list[PassReport] = []
@@ -49,22 +51,26 @@ class SequentialExecutor:
         # and it reorders them on every call (Inception-v3: 38 ms packed for 2 threads, 165 ms when
         # those weights then run on 1). So the executor owns its thread count and applies it per call.
         self.threads = threads or torch.get_num_threads()
+        if pipeline is None:
+            pipeline = FAST_CPU if self.device.type == "cpu" else ()
         with _threads(self.threads):
             self.gm = self._build(pipeline if fast else ())
         self._aliased = aliased_outputs(self.gm)
 
     def _build(self, pipeline: tuple[ModuleType, ...]) -> torch.fx.GraphModule:
         gm = to_device(self.captured.gm, self.device)
-        if not pipeline or self.device.type != "cpu":
+        if not pipeline:
             return gm
         reference = copy.deepcopy(gm)
         try:
             self.passes = run_pipeline(gm, pipeline)
-            problem = _compare(gm, reference, self.captured.example_inputs)
+            inputs = tuple(t.to(self.device) for t in self.captured.example_inputs)
+            problem = _compare(gm, reference, inputs)
         except Exception as exc:  # a rewrite that breaks must cost speed, never the answer
             problem = f"a rewrite failed ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})"
         if problem:
-            warnings.warn(f"{self.captured.name}: fast CPU path disabled, {problem}", stacklevel=3)
+            what = "fast CPU path" if self.device.type == "cpu" else f"rewrites on {self.device.type}"
+            warnings.warn(f"{self.captured.name}: {what} disabled, {problem}", stacklevel=3)
             self.passes = []
             return reference
         return gm

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import warnings
 
+import torch
+
 from ..capture.graph import Captured
 from ..transform import FAST_CPU
 from ..transform.stack_kernel import StackModule
@@ -13,19 +15,29 @@ from .sequential import SequentialExecutor
 
 class StacksStrategy(SequentialExecutor):
     """``SequentialExecutor`` whose pipeline ends with the stacks pass (``max_steps`` per sequence; None:
-    unrestricted). Where the stacks cannot be built (no C compiler) or do not match, it runs the fast
-    path without them, with a warning."""
+    unrestricted). On CPU the fast path's rewrites come first and the stacks run generated C; on CUDA
+    the stacks pass is the only rewrite and they run generated Triton kernels (``stack_triton``). Where
+    the stacks cannot be built (no C compiler, no Triton) or do not match, it runs without them, with a
+    warning."""
 
     strategy = "stacks"
 
-    def __init__(self, captured: Captured, threads: int | None = None, max_steps: int | None = None) -> None:
+    def __init__(
+        self,
+        captured: Captured,
+        threads: int | None = None,
+        max_steps: int | None = None,
+        device: str = "cpu",
+    ) -> None:
+        cpu = torch.device(device).type == "cpu"
+        pipeline = (*FAST_CPU, Policy(max_steps)) if cpu else (Policy(max_steps, device),)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            super().__init__(captured, threads=threads, pipeline=(*FAST_CPU, Policy(max_steps)))
+            super().__init__(captured, device=device, threads=threads, pipeline=pipeline)
         if not self.passes:  # the pipeline fell back to the plain graph: try again without the stacks
             why = "; ".join(str(w.message) for w in caught)
             warnings.warn(f"{captured.name}: stacks not used ({why})", stacklevel=2)
-            super().__init__(captured, threads=threads)
+            super().__init__(captured, device=device, threads=threads)
         else:
             for w in caught:
                 warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)

@@ -27,6 +27,7 @@ import shutil
 import subprocess
 import threading
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -83,6 +84,25 @@ class Sequence:
     @property
     def blocks(self) -> int:
         return -(-self.shapes[-1][0] // self.block_rows)
+
+
+def gpu_sequences(sequences: list[Sequence], max_steps: int | None = None) -> list[Sequence]:
+    """The steps of ``sequences`` regrouped for the Triton kernels: a program computes a whole plane, so
+    no cache budget or halo splits them, only ``max_steps`` per sequence (None: all in one)."""
+    steps = [st for seq in sequences for st in seq.steps]
+    shapes = [sequences[0].shapes[0], *[hw for seq in sequences for hw in seq.shapes[1:]]]
+    n = max_steps or len(steps)
+    first = sequences[0]
+    return [
+        Sequence(
+            tuple(steps[i : i + n]),
+            first.channels,
+            first.batch,
+            tuple(shapes[i : i + n + 1]),
+            shapes[min(i + n, len(steps))][0],
+        )  # fmt: skip
+        for i in range(0, len(steps), n)
+    ]
 
 
 def _rows_in(step: Step, rows: int) -> int:
@@ -369,16 +389,26 @@ def compile_source(src: str, name: str) -> ctypes._CFuncPtr:
 
 
 class StackModule(torch.nn.Module):
-    """Runs a stack's sequences; input and output are NCHW float32 tensors stored channels_last."""
+    """Runs a stack's sequences; input and output are NCHW float32 tensors, stored channels_last on CPU.
+    On CPU the generated C kernels run (compiled here when ``device`` is the CPU, so that a missing
+    compiler fails the pass); on other devices the Triton kernels of ``stack_triton``, built at first
+    use, over sequences regrouped for them (``gpu_sequences``: ``max_steps`` steps each)."""
 
-    def __init__(self, sequences: list[Sequence]) -> None:
+    def __init__(self, sequences: list[Sequence], max_steps: int | None = None, device: str = "cpu") -> None:
         super().__init__()
         self.sequences = sequences
+        self.max_steps = max_steps
         self.sources = [source(s, "stack_seq") for s in sequences]
-        self._fns = [compile_source(src, "stack_seq") for src in self.sources]
+        on_cpu = torch.device(device).type == "cpu"
+        self._fns = [compile_source(src, "stack_seq") for src in self.sources] if on_cpu else []
         self._local = threading.local()
+        self._triton: list[Any] | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.device.type != "cpu":
+            return self._on_device(x)
+        if not self._fns:
+            self._fns = [compile_source(src, "stack_seq") for src in self.sources]
         x = x.contiguous(memory_format=torch.channels_last)
         last = len(self.sequences) - 1
         for i, (seq, fn) in enumerate(zip(self.sequences, self._fns, strict=True)):
@@ -392,6 +422,13 @@ class StackModule(torch.nn.Module):
             fn(x.data_ptr(), out.data_ptr(), 0, seq.batch * seq.blocks)
             x = out
         return x
+
+    def _on_device(self, x: torch.Tensor) -> torch.Tensor:
+        from .stack_triton import TritonSequence, run_sequences
+
+        if self._triton is None:
+            self._triton = [TritonSequence(s) for s in gpu_sequences(self.sequences, self.max_steps)]
+        return run_sequences(self._triton, x)
 
     def _scratch(self, i: int, shape: tuple[int, ...]) -> torch.Tensor:
         """Intermediates between sequences, kept per calling thread (fresh pages fault on every call)."""

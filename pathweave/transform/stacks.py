@@ -61,22 +61,26 @@ class Policy:
 
     __name__ = "pathweave.transform.stacks"
 
-    def __init__(self, max_steps: int | None = None) -> None:
+    def __init__(self, max_steps: int | None = None, device: str = "cpu") -> None:
         self.max_steps = max_steps
+        self.device = device
 
     def propose(self, gm: torch.fx.GraphModule) -> list[Stack]:
         return propose(gm)
 
     def apply(self, gm: torch.fx.GraphModule, stacks: list[Stack]) -> None:
-        apply(gm, stacks, self.max_steps)
+        apply(gm, stacks, self.max_steps, self.device)
 
 
-def apply(gm: torch.fx.GraphModule, stacks: list[Stack], max_steps: int | None = None) -> None:
+def apply(
+    gm: torch.fx.GraphModule, stacks: list[Stack], max_steps: int | None = None, device: str = "cpu"
+) -> None:
     nodes = {n.name: n for n in gm.graph.nodes}  # stacks are disjoint: none reads an erased node
     for i, stack in enumerate(stacks):
         chain = [nodes[n] for n in stack.nodes]
         name = f"pathweave_stack_{i}"
-        gm.add_submodule(name, StackModule(plan_sequences(stack.steps, stack.in_shape, max_steps)))
+        sequences = plan_sequences(stack.steps, stack.in_shape, max_steps)
+        gm.add_submodule(name, StackModule(sequences, max_steps, device))
         with gm.graph.inserting_after(chain[-1]):
             new = gm.graph.call_module(name, (chain[0].args[0],))
         new.meta["val"] = chain[-1].meta.get("val")
