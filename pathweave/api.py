@@ -130,7 +130,8 @@ def optimize(
             try:
                 built.append(build())
             except PathweaveError as exc:
-                warnings.warn(f"auto: {name} not possible, choosing among the others ({exc})", stacklevel=2)
+                why = str(exc).splitlines()[0][:300]  # the first line: tiles list every op they lack
+                warnings.warn(f"auto: {name} not possible, choosing among the others ({why})", stacklevel=2)
         return _fastest(built, captured)
     return SequentialExecutor(captured, device=device)
 

@@ -431,7 +431,7 @@ class InplaceShared(nn.Module):
 
 def test_inplace_op_in_fx_graph_is_refused(outputs_close) -> None:
     """Nothing in the fx graph orders ``other`` after ``relu_``, so lanes could read ``a`` before the
-    write: the executor refuses such graphs, and "auto" falls back to sequential with a warning."""
+    write: the executor refuses such graphs, and "auto" leaves lanes out with a warning."""
     model = _seeded(InplaceShared)
     x = torch.randn(256, DIM, generator=torch.Generator().manual_seed(5))
     captured = capture(model, x, method="fx")
@@ -441,7 +441,7 @@ def test_inplace_op_in_fx_graph_is_refused(outputs_close) -> None:
     assert "relu_" in str(info.value) and info.value.ops
     with pytest.raises(UnsupportedError, match="lanes need a functional graph"):
         pathweave.optimize(captured, strategy="lanes")
-    with pytest.warns(UserWarning, match="lanes not possible, running sequentially"):
+    with pytest.warns(UserWarning, match="lanes not possible, choosing among the others"):
         fast = pathweave.optimize(captured)
     assert fast.strategy == "sequential"
     with torch.no_grad():
