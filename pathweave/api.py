@@ -125,13 +125,19 @@ def optimize(
         if strategy == "lanes":
             return build_lanes(captured, recapture, stacks=stacks)
         built = [_sequential_cpu(captured, stacks)]
-        for name, build in (("lanes", lambda: build_lanes(captured, recapture, stacks=stacks)),
-                            ("tiles", lambda: _tiles(captured))):  # fmt: skip
-            try:
-                built.append(build())
-            except PathweaveError as exc:
-                why = str(exc).splitlines()[0][:300]  # the first line: tiles list every op they lack
-                warnings.warn(f"auto: {name} not possible, choosing among the others ({why})", stacklevel=2)
+        try:
+            for name, build in (("lanes", lambda: build_lanes(captured, recapture, stacks=stacks)),
+                                ("tiles", lambda: _tiles(captured))):  # fmt: skip
+                try:
+                    built.append(build())
+                except PathweaveError as exc:
+                    why = str(exc).splitlines()[0][:300]  # the first line: tiles list every op they lack
+                    warnings.warn(
+                        f"auto: {name} not possible, choosing among the others ({why})", stacklevel=2
+                    )
+        except BaseException:
+            _close_all(built)
+            raise
         return _fastest(built, captured)
     return SequentialExecutor(captured, device=device)
 
@@ -175,6 +181,9 @@ def _fastest(built: list[Any], captured: Captured, sync: Any = None) -> Any:
     does: thread pools that spin after a call (the tile engines linger 3 ms) then slow only their own
     untimed call, not the next strategy's timed one. A strategy other than the first (the baseline)
     that fails while timed is dropped with a warning. ``sync`` waits for asynchronous work (CUDA)."""
+    if len(built) == 1:  # nothing to choose from
+        built[0].auto_times_ms = {}
+        return built[0]
     flat = [t.to("cuda") if sync is not None else t for t in captured.example_inputs]
     times: dict[int, list[float]] = {i: [] for i in range(len(built))}
 
@@ -183,12 +192,26 @@ def _fastest(built: list[Any], captured: Captured, sync: Any = None) -> Any:
         if sync is not None:
             sync()
 
+    try:
+        _time_rounds(built, times, call, gap=sync is None)
+    except BaseException:
+        _close_all(built)
+        raise
+    medians = {i: statistics.median(t) for i, t in times.items()}
+    keep = built[min(medians, key=medians.__getitem__)]
+    _close_all([fn for fn in built if fn is not keep])
+    keep.auto_times_ms = {_label(built[i]): m * 1e3 for i, m in medians.items()}  # what it was chosen on
+    return keep
+
+
+def _time_rounds(built: list[Any], times: dict[int, list[float]], call: Any, gap: bool) -> None:
+    """``AUTO_ROUNDS`` rounds of a rotating order; a failing strategy (not the first) leaves ``times``."""
     for r in range(-1, AUTO_ROUNDS):  # round -1: one warm-up call each
         for i in [(r + j) % len(built) for j in range(len(built))]:
             if i not in times:
                 continue
             try:
-                if sync is None:
+                if gap:
                     time.sleep(AUTO_GAP_S)
                 call(i)
                 t0 = time.perf_counter()
@@ -198,17 +221,14 @@ def _fastest(built: list[Any], captured: Captured, sync: Any = None) -> Any:
             except PathweaveError as exc:
                 if i == 0:
                     raise
-                warnings.warn(f"auto: {_label(built[i])} failed while timed, dropped ({exc})", stacklevel=3)
+                warnings.warn(f"auto: {_label(built[i])} failed while timed, dropped ({exc})", stacklevel=4)
                 del times[i]
-    medians = {i: statistics.median(t) for i, t in times.items()}
-    keep = built[min(medians, key=medians.__getitem__)]
-    for fn in built:
-        if fn is not keep and hasattr(fn, "close"):
+
+
+def _close_all(strategies: list[Any]) -> None:
+    for fn in strategies:
+        if hasattr(fn, "close"):
             fn.close()
-    keep.auto_times_ms = {
-        _label(built[i]): m * 1e3 for i, m in medians.items()
-    }  # what the choice was based on
-    return keep
 
 
 def _label(strategy: Any) -> str:

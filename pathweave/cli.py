@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .errors import InputError, PathweaveError
+from .errors import InputError, PathweaveError, require
 
 if TYPE_CHECKING:
     from .execute.tiles import TilesStrategy
@@ -182,8 +182,11 @@ def _tiles(args: argparse.Namespace) -> int:
     from .zoo.load import load_model
 
     workers = parse_workers(args.threads)
-    if args.timeline and args.timeline.suffix.lower() not in (".png", ".svg"):  # before the long work
-        raise InputError(f"--timeline is written as .png or .svg, not {args.timeline.suffix or 'no suffix'}")
+    if args.timeline:  # checked before the long work
+        if args.timeline.suffix.lower() not in (".png", ".svg"):
+            suffix = args.timeline.suffix or "no suffix"
+            raise InputError(f"--timeline is written as .png or .svg, not {suffix}")
+        require("matplotlib", "plot")
     loaded = load_model(args.model, batch=args.batch)
     strategy = TilesStrategy(capture(loaded.model, *loaded.inputs, name=loaded.name), threads=max(workers))
     try:

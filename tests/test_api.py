@@ -184,11 +184,20 @@ def test_auto_drops_a_strategy_that_fails_while_timed(tiny_cnn, monkeypatch) -> 
         strat.run_flat = fail
         return strat
 
+    closed: list[str] = []
+    close_all = api._close_all
     monkeypatch.setattr(api, "_tiles", broken_later)
+
+    def recorded(fns: list) -> None:
+        closed.extend(f.strategy for f in fns)
+        close_all(fns)
+
+    monkeypatch.setattr(api, "_close_all", recorded)
     model, x = tiny_cnn().eval(), torch.randn(1, 3, 8, 8)
     with pytest.warns(UserWarning, match="auto: tiles failed while timed, dropped .*tile 3 failed"):
         fast = pathweave.optimize(model, x)
-    assert set(fast.auto_times_ms) == {"sequential", "lanes"} and fast.strategy != "tiles"
+    assert set(fast.auto_times_ms) == {"sequential", "lanes"}
+    assert sorted(closed) == sorted({"sequential", "lanes", "tiles"} - {fast.strategy})  # the others closed
 
 
 def test_optimize_a_zoo_name(zoo_cache) -> None:

@@ -57,7 +57,7 @@ def trace_tiles(
     with runtime.tracing() as times:
         run()
     workers = runtime.ran_on()
-    if len(times) != graph.num_tiles or (workers < 0).any():
+    if len(times) != graph.num_tiles or (times[:, 1] == 0).any() or (workers < 0).any():
         raise ExecutionError("the traced inference did not run every tile of the graph")
     layer_of = np.searchsorted(graph.layer_tile_start, np.arange(graph.num_tiles), side="right") - 1
     t0 = int(times[:, 0].min())

@@ -249,7 +249,10 @@ class TileRuntime:
     @contextmanager
     def tracing(self) -> Iterator[np.ndarray]:
         """Inferences run inside record each tile's kernel start and end (int64 [tiles, 2], monotonic ns;
-        the last inference's values stay). Not across ``set_graph``: that stops the recording."""
+        the last inference's values stay). Not across ``set_graph``: that stops the recording. Not
+        nested: leaving the inner context stops the recording."""
+        if not self._rt:
+            raise ExecutionError("the tile runtime is closed")
         times = np.zeros((self.n, 2), dtype=np.int64)
         self._lib.pw_set_trace(self._rt, times.ctypes.data)
         try:

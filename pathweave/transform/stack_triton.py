@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import math
+import os
 import threading
 from types import ModuleType
 from typing import Any
@@ -115,14 +116,15 @@ def _pool(pool: Pool, hw_in: tuple[int, int], hw_out: tuple[int, int], p: _Param
 
 
 def triton_source(seq: Sequence) -> tuple[str, list[float], int]:
-    """The kernel's Python source, its constants, and the floats of one program's scratch (two planes)."""
+    """The kernel's Python source, its constants, and the floats of one program's scratch (two planes, one
+    for a sequence of two steps, none for one)."""
     p = _Params()
-    planes = [h * w for h, w in seq.shapes[1:-1]] or [0]
-    plane = max(planes)
+    plane = max([h * w for h, w in seq.shapes[1:-1]] or [0])
+    kept = min(2, len(seq.steps) - 1)  # intermediate planes a program holds at once
     body = [
-        "pid = tl.program_id(0)",
+        "pid = tl.program_id(0).to(tl.int64)  # offsets past 2**31 floats (an 8 GiB batch) stay right",
         f"c = pid % {seq.channels}",
-        f"scratch = scratch + pid * {2 * plane}",
+        f"scratch = scratch + pid * {kept * plane}",
     ]
     last = len(seq.steps) - 1
     for i, step in enumerate(seq.steps):
@@ -148,7 +150,7 @@ def triton_source(seq: Sequence) -> tuple[str, list[float], int]:
         "import triton\nimport triton.language as tl\n\n\n@triton.jit\n"
         "def stack_seq(x_ptr, y_ptr, scratch, params):\n" + "".join(f"    {line}\n" for line in body)
     )
-    return src, p.values, 2 * plane
+    return src, p.values, kept * plane
 
 
 def _module(src: str) -> ModuleType:
@@ -159,7 +161,7 @@ def _module(src: str) -> ModuleType:
             folder.mkdir(parents=True, exist_ok=True)
             path = folder / f"stack_{key}.py"
             if not path.exists() or path.read_text() != src:
-                tmp = path.with_suffix(f".{threading.get_ident()}.tmp")
+                tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
                 tmp.write_text(src)
                 tmp.replace(path)
             spec = importlib.util.spec_from_file_location(f"pathweave_stack_{key}", path)
@@ -181,7 +183,7 @@ class TritonSequence:
         self.source, params, self.scratch_floats = triton_source(seq)
         self._params = torch.tensor(params or [0.0], dtype=torch.float32)
         self._kernel: Any = _module(self.source).stack_seq
-        self._scratch: dict[torch.device, torch.Tensor] = {}
+        self._scratch: dict[tuple[torch.device, int], torch.Tensor] = {}
 
     def run(self, x: torch.Tensor) -> torch.Tensor:
         seq = self.seq
@@ -191,11 +193,19 @@ class TritonSequence:
         x = x.contiguous()
         planes = seq.batch * seq.channels
         y = torch.empty((seq.batch, seq.channels, *seq.shapes[-1]), dtype=torch.float32, device=x.device)
-        if x.device not in self._scratch:
-            self._scratch[x.device] = torch.empty(max(1, planes * self.scratch_floats), device=x.device)
-        params = self._params.to(x.device)
-        self._params = params
-        self._kernel[(planes,)](x, y, self._scratch[x.device], params)
+        # scratch per device and stream: calls on two streams must not share it
+        stream = torch.cuda.current_stream(x.device).cuda_stream if x.is_cuda else 0
+        scratch = self._scratch.get((x.device, stream))
+        if scratch is None:
+            scratch = torch.empty(max(1, planes * self.scratch_floats), device=x.device)
+            self._scratch[(x.device, stream)] = scratch
+        if self._params.device != x.device:
+            self._params = self._params.to(x.device)
+        if x.is_cuda:
+            with torch.cuda.device(x.device):  # Triton launches on the current device
+                self._kernel[(planes,)](x, y, scratch, self._params)
+        else:  # Triton's interpreter (TRITON_INTERPRET=1): the tests' CPU tensors
+            self._kernel[(planes,)](x, y, scratch, self._params)
         return y
 
 

@@ -312,8 +312,9 @@ def conv_layout(node: torch.fx.Node) -> str | None:
     if k < NARROW_MIN_K:
         return None
     pw = as_ints(args.get("padding") or 0, 2)[1]
-    wide = dims[3] >= min(PADDED_MIN_WIDTH, PADDED_WIDTH_PER_PAD * pw)
-    if window and stride == [1, 1] and (wide or pw == 0):
+    # no column padding (pw = 0): padded at any width, since no sum is discarded (Inception's 7x1 and,
+    # ahead of "narrow" now, its 3x1 windows over 8x8 maps)
+    if window and stride == [1, 1] and dims[3] >= min(PADDED_MIN_WIDTH, PADDED_WIDTH_PER_PAD * pw):
         return "padded"
     positions = dims[2] * dims[3]
     if positions <= NARROW_MAX_POSITIONS and 0 < positions % 48 <= 16:

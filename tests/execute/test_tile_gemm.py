@@ -226,11 +226,13 @@ def test_a_head_of_few_rows_on_the_row_broadcast_kernel(outputs_close, batch: in
     model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(300, 1000)).eval()  # a CNN's head
     x = torch.randn(batch, 300, 1, 1)
     strat = TilesStrategy(pathweave.capture(model, x), threads=2)
-    rows = strat.program.layers
-    if tile_runtime.gemm_isa() == "avx512":  # fewer rows than a panel of 8: no longer OpenBLAS
-        assert rows[:, S_WPACK].any() and rows[rows[:, S_WPACK] != 0, S_WPACK_T].all()
-    else:
-        assert not rows[:, S_WPACK].any()  # the packed kernel would compute 8 rows for each one
-    with torch.no_grad():
-        outputs_close(strat(x), model(x), rtol=1e-4, atol_scale=1e-5)
-    strat.close()
+    try:
+        rows = strat.program.layers
+        if tile_runtime.gemm_isa() == "avx512":  # fewer rows than a panel of 8: no longer OpenBLAS
+            assert rows[:, S_WPACK].any() and rows[rows[:, S_WPACK] != 0, S_WPACK_T].all()
+        else:
+            assert not rows[:, S_WPACK].any()  # the packed kernel would compute 8 rows for each one
+        with torch.no_grad():
+            outputs_close(strat(x), model(x), rtol=1e-4, atol_scale=1e-5)
+    finally:
+        strat.close()
