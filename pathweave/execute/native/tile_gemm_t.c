@@ -14,12 +14,16 @@
 #include "tile_gemm.h"
 #include "tile_kernels.h"
 
-#define PW_TJ 12     /* positions per micro-tile: 2 x 12 accumulators of 16 floats */
+#define PW_TJ 12     /* rows of A per micro-tile of pw_gemm_rows: 2 x 12 accumulators of 16 floats */
+#define PW_TJ_MAX 14 /* positions per micro-tile of a run: up to 2 x 14 accumulators */
 #define PW_TKC 512   /* k per block: a block of weights (up to ~128 KB per tile) stays in L2 */
 #define PW_TPF 64    /* k ahead for the weight prefetch */
 #define PW_TPF_B 6   /* k ahead for B's prefetch (through koff: PW_KOFF_PAD entries follow its end) */
 
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* the most positions per micro-tile of a run, PW_TJ_MAX; settable for experiments (A/B in one process) */
+int pw_tj_max = PW_TJ_MAX;
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -32,8 +36,8 @@ __attribute__((target("avx512f"), always_inline)) static inline void
 kernel512(const int mv, const int nj, const int step, int64_t kc, const float *a, int64_t lda, const float *b,
           int64_t ldb, const int64_t *koff, int64_t pstride, float *out, int64_t ldo, __mmask16 last, int first) {
     const int64_t ps = step ? step : pstride;
-    __m512 acc[PW_TJ][2];
-#pragma GCC unroll 12
+    __m512 acc[PW_TJ_MAX][2];
+#pragma GCC unroll 14
     for (int j = 0; j < nj; j++)
 #pragma GCC unroll 2
         for (int v = 0; v < mv; v++) acc[j][v] = _mm512_setzero_ps();
@@ -50,14 +54,14 @@ kernel512(const int mv, const int nj, const int step, int64_t kc, const float *a
             av[v] = _mm512_loadu_ps(ak + v * lda);
             _mm_prefetch((const char *)(ak + v * lda + PW_TPF * PW_TR), _MM_HINT_T0);
         }
-#pragma GCC unroll 12
+#pragma GCC unroll 14
         for (int j = 0; j < nj; j++) {
             const __m512 bj = _mm512_set1_ps(bk[j * ps]);
 #pragma GCC unroll 2
             for (int v = 0; v < mv; v++) acc[j][v] = _mm512_fmadd_ps(av[v], bj, acc[j][v]);
         }
     }
-#pragma GCC unroll 12
+#pragma GCC unroll 14
     for (int j = 0; j < nj; j++)
 #pragma GCC unroll 2
         for (int v = 0; v < mv; v++) {
@@ -78,11 +82,11 @@ kernel512(const int mv, const int nj, const int step, int64_t kc, const float *a
         else                                                                                                 \
             kernel512(MV, NJ, 2, kc, a, lda, b, 0, koff, 0, t, tld, 0xFFFF, first);                          \
         break;
-/* a case of CASE for every count of broadcast operands, 1 .. PW_TJ, and MV panels */
+/* a case of CASE for every count of broadcast operands, 1 .. PW_TJ_MAX, and MV panels */
 #define PW_NJ_SWITCH(CASE, MV)                                                                               \
     switch (nj) {                                                                                            \
         CASE(MV, 1) CASE(MV, 2) CASE(MV, 3) CASE(MV, 4) CASE(MV, 5) CASE(MV, 6) CASE(MV, 7) CASE(MV, 8)      \
-        CASE(MV, 9) CASE(MV, 10) CASE(MV, 11) CASE(MV, 12)                                                   \
+        CASE(MV, 9) CASE(MV, 10) CASE(MV, 11) CASE(MV, 12) CASE(MV, 13) CASE(MV, 14)                         \
     }
 
 __attribute__((target("avx512f"))) static void block_t512(int mv, int nj, int step, int64_t kc, const float *a,
@@ -191,15 +195,20 @@ void pw_gemm_packed_t_runs(int64_t rows, int64_t K, const float *wp, int64_t row
 #ifdef PW_T_HAVE_512
     if (pw_gemm_wide()) block = block_t512;
 #endif
+    /* a run's positions in chunks of equal size (+-1) up to pw_tj_max: ResNet's rows of 56, 28 and 14
+     * positions split into whole chunks of 14, where steps of 12 left tails of 8, 4 and 2 */
+    const int64_t most = pw_tj_max, chunks = (u->width + most - 1) / most;
     for (int64_t k0 = 0; k0 < K; k0 += PW_TKC) {
         const int64_t kc = min64(PW_TKC, K - k0);
         const float *bk = u->koff ? b : b + k0 * ldb;
         for (int64_t r = 0; r < u->runs; r++)
-            for (int64_t p = 0; p < u->width; p += PW_TJ)
+            for (int64_t i = 0; i < chunks; i++) {
+                const int64_t p = i * u->width / chunks, nj = (i + 1) * u->width / chunks - p;
                 for (int64_t q = 0; q < panels; q += 2)
-                    block((int)min64(2, panels - q), (int)min64(PW_TJ, u->width - p), (int)u->step, kc,
-                          wp + q * lda + k0 * PW_TR, lda, bk + r * u->bpitch + p * u->step, ldb,
-                          u->koff ? u->koff + k0 : NULL, t + (r * u->width + p) * tld + q * PW_TR, tld, k0 == 0);
+                    block((int)min64(2, panels - q), (int)nj, (int)u->step, kc, wp + q * lda + k0 * PW_TR, lda,
+                          bk + r * u->bpitch + p * u->step, ldb, u->koff ? u->koff + k0 : NULL,
+                          t + (r * u->width + p) * tld + q * PW_TR, tld, k0 == 0);
+            }
     }
     const int relu = act == PW_ACT_RELU;
     const int64_t segs = u->segs, seg = u->seg, pitch = u->pitch;
