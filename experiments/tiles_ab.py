@@ -9,6 +9,11 @@ other runtime's workers, which spin a few ms after an inference, have parked.
 Run: ``python experiments/tiles_ab.py MODEL MODULE:ATTR EXPR [--threads 2] [--rounds 30]``, e.g.
 ``python experiments/tiles_ab.py resnet50 pathweave.execute.tile_program:conv_layout "lambda n: None"``
 (the transposed and im2col-free convolution layouts against the row-vector kernels alone).
+
+``ATTR`` may also be ``c:NAME``, an int the native library exports for experiments (``pw_tj_max``: the
+most positions per micro-tile of the transposed kernel). Then one strategy runs both ways, the int
+set to EXPR before each "patched" run and restored before each "current" one:
+``python experiments/tiles_ab.py resnet50 c:pw_tj_max 12``.
 """
 
 from __future__ import annotations
@@ -37,6 +42,9 @@ def main() -> None:
     captured = pathweave.capture(spec.build(), *spec.example_inputs(), name=args.model)
     inputs = list(captured.example_inputs)
     current = TilesStrategy(captured, threads=args.threads)
+    if args.attribute.startswith("c:"):
+        _native_ab(args, current, inputs)
+        return
     module_name, attr = args.attribute.split(":")
     module = importlib.import_module(module_name)
     kept = getattr(module, attr)
@@ -60,6 +68,34 @@ def main() -> None:
           f"patched {then:.2f} ms ({then / now:.3f}x)")  # fmt: skip
     current.close()
     patched.close()
+
+
+def _native_ab(args: argparse.Namespace, strategy: TilesStrategy, inputs: list) -> None:
+    """One strategy, alternating runs with the library's int ``args.attribute[2:]`` at its value and at
+    ``args.expression``."""
+    import ctypes
+
+    from pathweave.execute import tile_runtime
+
+    knob = ctypes.c_int.in_dll(tile_runtime._library(), args.attribute[2:])
+    values = {"current": knob.value, "patched": int(args.expression)}
+    times: dict[str, list[float]] = {"current": [], "patched": []}
+    try:
+        for _ in range(args.rounds):
+            for name, value in values.items():
+                knob.value = value
+                time.sleep(0.01)
+                strategy.run_flat(inputs)  # untimed: the value's first run after the switch
+                start = time.perf_counter()
+                strategy.run_flat(inputs)
+                times[name].append(time.perf_counter() - start)
+    finally:
+        knob.value = values["current"]
+        strategy.close()
+    now, then = (statistics.median(times[k]) * 1e3 for k in ("current", "patched"))
+    old, new = values["current"], values["patched"]
+    print(f"{args.model}, {args.threads} workers, {args.rounds} rounds: {args.attribute[2:]} "
+          f"{old} {now:.2f} ms, {new} {then:.2f} ms ({then / now:.3f}x)")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -197,7 +197,8 @@ void pw_gemm_packed_t_runs(int64_t rows, int64_t K, const float *wp, int64_t row
 #endif
     /* a run's positions in chunks of equal size (+-1) up to pw_tj_max: ResNet's rows of 56, 28 and 14
      * positions split into whole chunks of 14, where steps of 12 left tails of 8, 4 and 2 */
-    const int64_t most = pw_tj_max, chunks = (u->width + most - 1) / most;
+    const int64_t most = pw_tj_max < 1 ? 1 : pw_tj_max > PW_TJ_MAX ? PW_TJ_MAX : pw_tj_max; /* the kernels' cases */
+    const int64_t chunks = (u->width + most - 1) / most;
     for (int64_t k0 = 0; k0 < K; k0 += PW_TKC) {
         const int64_t kc = min64(PW_TKC, K - k0);
         const float *bk = u->koff ? b : b + k0 * ldb;
