@@ -12,7 +12,7 @@ import torch
 from .analyze import Analysis, analyze_captured
 from .capture import Captured, capture
 from .errors import InputError, PathweaveError
-from .execute import SequentialExecutor, build_lanes
+from .execute import SequentialExecutor, build_lanes, sequential_path
 
 #: strategies ``optimize`` knows; bench candidates are named "pathweave:<strategy>"
 STRATEGIES = ("auto", "sequential", "lanes", "stacks", "streams", "tiles")
@@ -124,7 +124,7 @@ def optimize(
         recapture = _recapture(model, kwargs, captured.name)
         if strategy == "lanes":
             return build_lanes(captured, recapture, stacks=stacks)
-        built = [_sequential_cpu(captured, stacks)]
+        built = [sequential_path(captured, stacks=stacks)]
         try:
             for name, build in (("lanes", lambda: build_lanes(captured, recapture, stacks=stacks)),
                                 ("tiles", lambda: _tiles(captured))):  # fmt: skip
@@ -146,14 +146,6 @@ def _tiles(captured: Captured) -> Any:
     from .execute.tiles import TilesStrategy
 
     return TilesStrategy(captured)
-
-
-def _sequential_cpu(captured: Captured, stacks: bool) -> SequentialExecutor:
-    if stacks:
-        from .execute.stacks import StacksStrategy
-
-        return StacksStrategy(captured)
-    return SequentialExecutor(captured, device="cpu")
 
 
 def _streams(captured: Captured, strategy: str) -> Any:

@@ -111,7 +111,7 @@ def pathweave_builders(device: str) -> dict[str, Callable[..., Candidate]]:
 
     builders = {"pathweave:sequential": sequential, "pathweave:lanes": lanes, "pathweave:stacks": stacks,
                 "pathweave:tiles": tiles}  # fmt: skip
-    builders[OPT_IN[0]] = functools.partial(lanes, stacks=True)
+    builders["pathweave:lanes+stacks"] = functools.partial(lanes, stacks=True)  # one of OPT_IN
     for name, (pipeline, clone, lane_threads) in RAMIEL_VARIANTS.items():
         builders[name] = functools.partial(_ramiel_variant, name, pipeline, clone, lane_threads, device)
     if str(device).startswith("cuda"):  # CUDA-only candidates are not listed (as skipped) on CPU benches

@@ -51,7 +51,7 @@ class LanesStrategy:
         self.lanes, self.threads_per_lane = _lanes_and_threads(lanes, threads)
         self.captured = captured
         # weights packed for the thread count each lane runs with (see SequentialExecutor)
-        self.sequential = _sequential(captured, self.threads_per_lane, pipeline, stacks)
+        self.sequential = sequential_path(captured, self.threads_per_lane, pipeline, stacks)
         self.passes = self.sequential.passes
         gm = self.sequential.gm
         with _threads(self.threads_per_lane):
@@ -99,7 +99,7 @@ class HyperLanesStrategy(LanesStrategy):
         refuse_inplace(captured.gm, captured.name)
         self.lanes, self.threads_per_lane = _lanes_and_threads(lanes, threads)
         self.captured, self.split, self.cloned = captured, split, 0
-        self.sequential = _sequential(sub, self.threads_per_lane, FAST_CPU, stacks)
+        self.sequential = sequential_path(sub, self.threads_per_lane, stacks=stacks)
         self.passes = self.sequential.passes
         with _threads(self.threads_per_lane):
             sub_times = measure_node_times(dataclasses.replace(sub, gm=self.sequential.gm))
@@ -155,12 +155,15 @@ def build_lanes(
     return LanesStrategy(captured, threads=threads, stacks=stacks)
 
 
-def _sequential(
-    captured: Captured, threads: int, pipeline: tuple[ModuleType, ...], stacks: bool
+def sequential_path(
+    captured: Captured,
+    threads: int | None = None,
+    pipeline: tuple[ModuleType, ...] = FAST_CPU,
+    stacks: bool = False,
 ) -> SequentialExecutor:
-    """The checked rewritten graph lanes are planned over: ``pipeline``'s, or with ``stacks`` the fast
-    CPU path and the stacks (``StacksStrategy``, which warns and goes on without them where they cannot
-    be built)."""
+    """The checked rewritten graph on CPU (lanes are planned over it, "auto" times it): ``pipeline``'s,
+    or with ``stacks`` the fast CPU path and the stacks (``StacksStrategy``, which warns and goes on
+    without them where they cannot be built)."""
     if not stacks:
         return SequentialExecutor(captured, threads=threads, pipeline=pipeline)
     if pipeline != FAST_CPU:

@@ -399,8 +399,9 @@ class StackModule(torch.nn.Module):
         self.sequences = sequences
         self.max_steps = max_steps
         self.sources = [source(s, "stack_seq") for s in sequences]
-        on_cpu = torch.device(device).type == "cpu"
-        self._fns = [compile_source(src, "stack_seq") for src in self.sources] if on_cpu else []
+        self._fns: list[ctypes._CFuncPtr] = []
+        if torch.device(device).type == "cpu":
+            self._compile()
         self._local = threading.local()
         self._triton: list[Any] | None = None
 
@@ -408,7 +409,7 @@ class StackModule(torch.nn.Module):
         if x.device.type != "cpu":
             return self._on_device(x)
         if not self._fns:
-            self._fns = [compile_source(src, "stack_seq") for src in self.sources]
+            self._compile()
         x = x.contiguous(memory_format=torch.channels_last)
         last = len(self.sequences) - 1
         for i, (seq, fn) in enumerate(zip(self.sequences, self._fns, strict=True)):
@@ -422,6 +423,9 @@ class StackModule(torch.nn.Module):
             fn(x.data_ptr(), out.data_ptr(), 0, seq.batch * seq.blocks)
             x = out
         return x
+
+    def _compile(self) -> None:
+        self._fns = [compile_source(src, "stack_seq") for src in self.sources]
 
     def _on_device(self, x: torch.Tensor) -> torch.Tensor:
         from .stack_triton import TritonSequence, run_sequences
