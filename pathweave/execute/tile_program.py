@@ -27,7 +27,7 @@ from ..meta import PACKED_WEIGHTS, Packed
 from ..transform.tile_graph import TileGraph, conv_layout
 from ..transform.tile_ops import IDENTITY_VIEWS, MULTI_VIEWS, VIEWS, NodeMaps, as_ints, bound_args
 from ..transform.util import constant
-from .tile_runtime import gemm_isa
+from .tile_runtime import gemm_isa, winograd_scratch
 
 SLOTS = 48
 # slots and codes as in native/tile_kernels.h
@@ -42,7 +42,7 @@ PANEL_ROWS, PANEL_ROWS_T = 8, 16
 #: entries after the row offsets of a padded convolution (PW_KOFF_PAD in native/tile_gemm.h)
 KOFF_PAD = 8
 #: how a convolution uses its packed weights (slot S_WPACK_T, PW_PACK_* in native/tile_kernels.h)
-PACKS = {None: 0, "narrow": 1, "padded": 2}
+PACKS = {None: 0, "narrow": 1, "padded": 2, "winograd": 3}
 K_CONV, K_MAXPOOL, K_AVGPOOL, K_ADAPTIVE, K_LINEAR, K_EWISE, K_CAT, K_AFFINE, K_PAD, K_SUM = range(1, 11)
 BATCH_NORMS = ("batch_norm", "_native_batch_norm_legit_no_training")
 ACTS = {"none": 0, "relu": 1, "gelu": 2, "tanh": 3, "sigmoid": 5}  # 4: tile_program_seq's tanh GELU
@@ -362,9 +362,15 @@ def _conv(
     kh, kw = w.shape[2], w.shape[3]
     (sh, sw), (ph, pw), (dh, dw) = (as_ints(args[k], 2) for k in ("stride", "padding", "dilation"))
     row[S_KH : S_GROUPS + 1] = [kh, kw, sh, sw, ph, pw, dh, dw, int(args["groups"])]
+    out = out_shape(node)
+    lo, hi = graph.layer_tile_start[i], graph.layer_tile_start[i + 1]
+    if np.any(graph.tile_lo[lo:hi, 3] != 0) or np.any(graph.tile_hi[lo:hi, 3] != out[3]):
+        raise NoKernel("tiles must span whole output rows")
     # narrow tiles and padded inputs take the transposed micro-kernel where the AVX-512 kernels run (with
     # 8-float vectors the column tails waste little); it needs the weights in panels of its own height
     layout = conv_layout(node) if gemm_isa() == "avx512" else None
+    if layout == "winograd":
+        return _winograd(node, args, row, w, graph, i, keep)
     packed = _packed(args["weight"], w, int(args["groups"]), PANEL_ROWS_T) if layout else None
     if packed is None:  # fewer output channels than its panel: the row-vector kernels' panels of 8
         layout = None
@@ -372,10 +378,6 @@ def _conv(
     if packed is not None:
         keep.append(packed)
         row[S_WPACK], row[S_WPACK_T] = packed.ctypes.data, PACKS[layout]
-    out = out_shape(node)
-    lo, hi = graph.layer_tile_start[i], graph.layer_tile_start[i + 1]
-    if np.any(graph.tile_lo[lo:hi, 3] != 0) or np.any(graph.tile_hi[lo:hi, 3] != out[3]):
-        raise NoKernel("tiles must span whole output rows")
     # a 1x1 stride-1 convolution multiplies the input as it lies (no im2col, no scratch); the kernel
     # takes this decision from the row, so the scratch sized here always fits what it does
     row[S_POINTWISE] = kh == kw == 1 and (sh, sw, ph, pw) == (1, 1, 0, 0) and out[2:] == x.shape[2:]
@@ -391,6 +393,31 @@ def _conv(
     if row[S_POINTWISE]:
         return sums
     return k * rows * out[3] + sums
+
+
+#: Winograd F(2x2, 3x3)'s weight transform G (U = G g G^T, native/tile_winograd.c)
+WINOGRAD_G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
+
+
+def winograd_weights(w: np.ndarray) -> np.ndarray:
+    """3x3 weights [O, C, 3, 3] as the Winograd kernel reads them: U = G g G^T per (o, c) in float64, then
+    per point of the 4x4 transform the transposed micro-kernel's panels of ``PANEL_ROWS_T``
+    ([16 * panels, C, rows])."""
+    u = np.einsum("au,ocuv,bv->aboc", WINOGRAD_G, w.astype(np.float64), WINOGRAD_G)
+    u = u.reshape(16, w.shape[0], w.shape[1], 1, 1).astype(np.float32)
+    return np.concatenate([pack_weights(p, 1, PANEL_ROWS_T) for p in u])
+
+
+def _winograd(
+    node: torch.fx.Node, args: dict, row: np.ndarray, w: View, graph: TileGraph, i: int, keep: list
+) -> int:
+    if not is_constant(args["weight"]):
+        raise NoKernel("Winograd needs constant weights")
+    packed = packed_once(args["weight"], "winograd", lambda: winograd_weights(w.array()))
+    keep.append(packed)
+    row[S_WPACK], row[S_WPACK_T] = packed.ctypes.data, PACKS["winograd"]
+    c, out = w.shape[1], out_shape(node)
+    return winograd_scratch(c, graph.largest_extent(i, 2), graph.largest_extent(i, 1), out[3])
 
 
 def _pool(name: str, args: dict, row: np.ndarray, view: Any) -> None:

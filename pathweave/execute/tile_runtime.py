@@ -291,3 +291,13 @@ def use_gemm_isa(isa: str) -> None:
         raise ValueError(f"unknown micro-kernel set {isa!r}; known: {', '.join(GEMM_ISAS)}")
     if _library().pw_gemm_force(isa.encode()):
         raise UnsupportedError(f"this CPU cannot run the {isa} micro-kernels")
+
+
+def winograd_scratch(channels_in: int, rows: int, channels_out: int, width: int) -> int:
+    """Scratch floats a Winograd convolution tile needs (``native/tile_winograd.c``): ``channels_in``
+    input channels, tiles of at most ``rows`` output rows and ``channels_out`` output channels, maps
+    ``width`` outputs wide."""
+    fn = _library().pw_winograd_scratch
+    fn.restype = ctypes.c_int64
+    fn.argtypes = [ctypes.c_int64] * 4
+    return int(fn(channels_in, rows, channels_out, width))

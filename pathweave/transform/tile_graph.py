@@ -70,6 +70,13 @@ FEATURE_ALIGN = 16
 #: the smallest linear / matmul tile: rows by output features (BERT's 128 x 768 x 768 on one core:
 #: ~120 GFLOP/s in tiles of 64 x 64, ~175 in tiles of 128 x 128)
 MATMUL_MIN_ROWS, MATMUL_MIN_FEATURES = 128, 128
+#: 3x3 stride-1 convolutions (padding 0 or 1, no dilation, one group) of at least WINOGRAD_MIN_CHANNELS
+#: input and output channels run Winograd F(2x2, 3x3) (native/tile_winograd.c: 2.25x fewer multiply-adds);
+#: over maps at least WINOGRAD_MIN_WIDTH wide (on 7x7 maps the 2x2 blocks compute 8x8 outputs, and the
+#: transformed weights, 16/9 the size, stream from memory at batch 1: ResNet-50's 7x7 layers gained
+#: nothing); their row pieces start on even rows (whole pairs)
+WINOGRAD_MIN_CHANNELS, WINOGRAD_MIN_WIDTH = 32, 14
+WINOGRAD_MIN_BLOCKS = 28
 #: ops whose tiles line up one to one with those of their same-shaped producer by default
 ALIGNED = ELEMENTWISE | CONVERSIONS | {"batch_norm", "_native_batch_norm_legit_no_training"}
 
@@ -277,14 +284,18 @@ def _align(node: torch.fx.Node) -> tuple[int, ...] | None:
     dims = shape(node)
     kind = op_kind(op_name(node))
     if kind == "conv" and len(dims) == 4:
-        return (1, NARROW_ALIGN if conv_layout(node) else CHANNEL_ALIGN, 1, 1)
+        layout = conv_layout(node)
+        if layout == "winograd":
+            return (1, NARROW_ALIGN, 2, 1)
+        return (1, NARROW_ALIGN if layout else CHANNEL_ALIGN, 1, 1)
     if kind == "matmul" and len(dims) >= 2:
         return (*[1] * (len(dims) - 1), FEATURE_ALIGN)
     return None
 
 
 def conv_layout(node: torch.fx.Node) -> str | None:
-    """How a convolution's tiles use the transposed micro-kernel, if they do: "narrow" (maps of few
+    """How a convolution's tiles compute, where not by the row-vector kernels over an im2col (None):
+    "winograd" (``WINOGRAD_MIN_CHANNELS``), or the transposed micro-kernel: "narrow" (maps of few
     positions whose 48-wide column passes end in one vector, ``NARROW_MAX_POSITIONS``: ResNet-50's 7x7
     layers ~160 -> ~200 GFLOP/s), "padded" (no im2col: stride 1 and a window over maps at least
     ``PADDED_MIN_WIDTH`` or ``PADDED_WIDTH_PER_PAD`` times the padding wide or without column padding,
@@ -307,6 +318,9 @@ def conv_layout(node: torch.fx.Node) -> str | None:
     if isinstance(args.get("padding"), str) or dilation != [1, 1]:
         return None
     window = w.shape[2] * w.shape[3] > 1
+    pads = as_ints(args.get("padding") or 0, 2)
+    if _winograd_fits(tuple(w.shape), stride, pads) and dims[3] >= WINOGRAD_MIN_WIDTH:
+        return "winograd"
     if stride == [2, 2] and dims[3] >= PADDED_MIN_WIDTH_STRIDED:
         return "padded"
     if k < NARROW_MIN_K:
@@ -322,6 +336,16 @@ def conv_layout(node: torch.fx.Node) -> str | None:
     return None
 
 
+def _winograd_fits(weight: tuple[int, ...], stride: list[int], pads: list[int]) -> bool:
+    """A 3x3 window, stride 1, padding 0 or 1, at least ``WINOGRAD_MIN_CHANNELS`` in and out."""
+    return (
+        weight[2:] == (3, 3)
+        and stride == [1, 1]
+        and max(pads) <= 1
+        and min(weight[:2]) >= WINOGRAD_MIN_CHANNELS
+    )
+
+
 def _min_piece(node: torch.fx.Node) -> tuple[int, ...] | None:
     """The smallest piece along each dim that keeps a tile's matrix product efficient: a convolution
     tile spans at least ``GEMM_MIN_COLUMNS`` positions and ``GEMM_MIN_ROWS`` channels (on 2 cores OpenBLAS
@@ -332,6 +356,9 @@ def _min_piece(node: torch.fx.Node) -> tuple[int, ...] | None:
     whole = _reduced_dims(node)
     if whole:  # a tile of a layer norm or softmax computes its rows' statistics once: whole rows
         return tuple(n if d in whole else 1 for d, n in enumerate(dims))
+    if kind == "conv" and len(dims) == 4 and conv_layout(node) == "winograd":
+        rows = min(dims[2], 2 * math.ceil(WINOGRAD_MIN_BLOCKS / math.ceil(dims[3] / 2)))
+        return (1, dims[1] if dims[2] // rows >= 2 else GEMM_MIN_ROWS, rows, 1)
     if kind == "conv" and len(dims) == 4:
         return (1, GEMM_MIN_ROWS, math.ceil(GEMM_MIN_COLUMNS / max(dims[3], 1)), 1)
     if kind == "matmul" and len(dims) >= 2:

@@ -349,13 +349,15 @@ class _SevenByOne(torch.nn.Module):
     (_PaddedMaps, (2, 32, 30, 33), {"padded": 7}, 3, 300),
 ])  # fmt: skip
 def test_transposed_kernel_layers_on_every_instruction_set(
-    model: type, shape: tuple, layouts: dict, row_tiles: int, tiles: int | None, outputs_close
+    model: type, shape: tuple, layouts: dict, row_tiles: int, tiles: int | None, outputs_close, monkeypatch
 ) -> None:
     from pathweave.execute import tile_runtime
     from pathweave.execute.tile_program import PACKS, S_WPACK_T
+    from pathweave.transform import tile_graph
 
     if tile_runtime.gemm_isa() != "avx512":
         pytest.skip("the transposed micro-kernel is chosen only where the AVX-512 kernels run")
+    monkeypatch.setattr(tile_graph, "WINOGRAD_MIN_CHANNELS", 10**9)  # their 3x3 layers, not Winograd's
     torch.manual_seed(0)
     net = model().eval()
     strat = TilesStrategy(pathweave.capture(net, torch.randn(shape)), threads=2, work_per_tile=2e5,

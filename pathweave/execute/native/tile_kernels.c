@@ -224,6 +224,10 @@ static int conv_tile(const int64_t *L, const int32_t *lo, const int32_t *hi, flo
         for (int64_t g = lo[1] / og; g * og < hi[1]; g++) {
             const int64_t o0 = lo[1] > g * og ? lo[1] : g * og;
             const int64_t o1 = hi[1] < (g + 1) * og ? hi[1] : (g + 1) * og;
+            if (wpack && L[S_WPACK_T] == PW_PACK_WINOGRAD) { /* one group (Python checks) */
+                pw_conv_winograd(L, xn, scratch, stamp, n, oh0, oh1, o0, o1, on, rn);
+                continue;
+            }
             if (wpack && L[S_WPACK_T] == PW_PACK_PADDED) { /* one group (Python checks) */
                 conv_padded(L, xn, scratch, stamp, n, oh0, oh1, o0, o1, on + o0 * OH * OW + oh0 * OW,
                             bias ? bias + o0 : NULL, rn ? rn + o0 * OH * OW + oh0 * OW : NULL);

@@ -40,7 +40,7 @@ enum {
 /* packed convolution weights (slot S_WPACK_T): panels of PW_MR rows, or of PW_TR rows for the transposed
  * micro-kernel over an im2col or the input as it lies, or over the input copied with zero padding
  * (stride 1, no dilation: B's rows are shifted views of it, no im2col) */
-enum { PW_PACK_PANELS = 0, PW_PACK_TRANSPOSED = 1, PW_PACK_PADDED = 2 };
+enum { PW_PACK_PANELS = 0, PW_PACK_TRANSPOSED = 1, PW_PACK_PADDED = 2, PW_PACK_WINOGRAD = 3 };
 
 /* epilogue activations (slot S_ACT) */
 enum { PW_ACT_NONE = 0, PW_ACT_RELU = 1, PW_ACT_GELU = 2, PW_ACT_TANH = 3, PW_ACT_SIGMOID = 5 }; /* 4: seq */
@@ -79,5 +79,17 @@ int pw_tile_kernel(const int64_t *layer, const int32_t *lo, const int32_t *hi, f
  * AVX-512 */
 int pw_pool_s2_max(const float *xc, int64_t RS, int64_t H, int64_t W, float *oc, int64_t OW, int64_t oh_lo,
                    int64_t oh_hi, int64_t ow_lo, int64_t ow_hi, int64_t kh, int64_t kw, int64_t ph, int64_t pw);
+
+/* Winograd F(2x2, 3x3) of one tile (tile_winograd.c): a 3x3 stride-1 convolution without dilation, one
+ * group, padding 0 or 1; S_WPACK holds U = G g G^T per point of the transform (16 blocks of panels of
+ * PW_MR output channels, each k-major over the input channels). Output rows [oh0, oh1), channels
+ * [o0, o1) of image n; xn, on, rn (or NULL): the image's input, output and residual; bias and a ReLU
+ * (S_ACT) applied in the store, other activations left to the caller. */
+void pw_conv_winograd(const int64_t *L, const float *xn, float *scratch, int64_t stamp, int64_t n, int64_t oh0,
+                      int64_t oh1, int64_t o0, int64_t o1, float *on, const float *rn);
+
+/* the scratch floats (after the header) pw_conv_winograd needs for C input channels, tiles of at most
+ * rows output rows and channels output channels, OW output columns */
+int64_t pw_winograd_scratch(int64_t C, int64_t rows, int64_t channels, int64_t OW);
 
 #endif

@@ -1,0 +1,171 @@
+/* Winograd F(2x2, 3x3) convolution tiles (see tile_kernels.h, pw_conv_winograd).
+ *
+ * Each 2x2 block of outputs comes from a 4x4 block of the (zero-padded) input: V = B^T d B per input
+ * channel, then for each of the 16 points of the transform a matrix product over the channels,
+ * M[pt] = U[pt] V[pt] with U = G g G^T (the weights, transformed and packed at build time), then
+ * y = A^T M A. Per 2x2 block of outputs and (input, output) channel pair the products do 16
+ * multiply-adds against the direct 4 x 9 = 36, 2.25x fewer; the transforms only add and subtract.
+ *
+ * A tile's output rows are taken in pairs from its first row; an odd last row computes a pair whose
+ * second row is discarded, reading zeros for the input row below the tile's window (that row enters
+ * only the discarded sums: the first output row of a pair never reads the fourth input row). Columns
+ * the same: blocks of 2 from column 0, the last one half discarded when the width is odd.
+ *
+ * The transformed input of a tile's rows is kept, as an im2col is, for the tiles of other channels
+ * over the same rows. Layouts: V[pt][c][t], M[pt][o][t] with t = pair * TW + block (TW blocks per row),
+ * each point's block PW_WINO_SKEW floats longer than its matrix: the transforms touch all 16 points at
+ * once, and points a multiple of 4 KB apart fell into one L1 set (ResNet-50's 56x56 layer in tiles of 8
+ * rows, 28 KB apart: 2.5 ms against 1.0 ms).
+ */
+#include <string.h>
+
+#include "tile_gemm.h"
+#include "tile_kernels.h"
+
+#define PW_WINO_SKEW 16
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define PW_HOT __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define PW_HOT
+#endif
+
+/* Split padded input rows: for each of R rows of channel c, E[j] = padded[2j] and O[j] = padded[2j + 1]
+ * (j = 0..TW), padded[q] = x[row][q - pw] inside the row, 0 outside it and for rows outside
+ * [r_lo, r_hi) (the input rows the tile may read). Stored as rows of 2 (TW + 1) floats: E then O. */
+PW_HOT static void split_rows(const float *xc, int64_t H, int64_t W, int64_t ih0, int64_t R, int64_t r_hi,
+                              int64_t pw, int64_t TW, float *restrict s) {
+    const int64_t n = TW + 1;
+    for (int64_t r = 0; r < R; r++) {
+        float *e = s + r * 2 * n, *o = e + n;
+        const int64_t ih = ih0 + r;
+        if (ih < 0 || ih >= H || ih >= r_hi) {
+            memset(e, 0, sizeof(float) * 2 * n);
+            continue;
+        }
+        const float *x = xc + ih * W;
+        /* padded[q] with q = 2j (E) or 2j + 1 (O) is x[q - pw]; inside for 0 <= q - pw < W. Both are
+         * inside for j in [ja, jb): that loop has no test (a de-interleave the compiler vectorises) */
+        const int64_t ja = pw, jb = (W + pw - 1) / 2 < n ? (W + pw - 1) / 2 : n;
+        const float *xs = x - pw;
+        for (int64_t j = ja; j < jb; j++) e[j] = xs[2 * j], o[j] = xs[2 * j + 1];
+        for (int64_t j = 0; j < n; j++) {
+            if (j == ja && ja < jb) j = jb;
+            if (j >= n) break;
+            const int64_t qe = 2 * j - pw, qo = 2 * j + 1 - pw;
+            e[j] = qe >= 0 && qe < W ? x[qe] : 0.0f;
+            o[j] = qo >= 0 && qo < W ? x[qo] : 0.0f;
+        }
+    }
+}
+
+/* one row i of B^T d B's columns: (E, O) the row's even and odd columns (TW + 1 each), into points
+ * 4i .. 4i + 3 (q0 .. q3) */
+PW_HOT static void transform_columns(const float *restrict e, const float *restrict o, int64_t TW,
+                                     float *restrict q0, float *restrict q1, float *restrict q2,
+                                     float *restrict q3) {
+    for (int64_t j = 0; j < TW; j++) {
+        q0[j] = e[j] - e[j + 1], q1[j] = o[j] + e[j + 1];
+        q2[j] = e[j + 1] - o[j], q3[j] = o[j] - o[j + 1];
+    }
+}
+
+/* V[pt][c][p * TW + j] for the pairs of one channel from its split rows (B^T d B: rows, then columns);
+ * v: V[0][c], points pt_stride floats apart; t: 8 (TW + 1) floats for the rows' transform */
+PW_HOT static void transform_input(const float *restrict s, int64_t pairs, int64_t TW, float *restrict v,
+                                   int64_t pt_stride, float *restrict t) {
+    const int64_t n = TW + 1, rs = 2 * n;
+    for (int64_t p = 0; p < pairs; p++) {
+        /* rows: t0 = d0 - d2, t1 = d1 + d2, t2 = d2 - d1, t3 = d1 - d3, over E and O at once */
+        const float *d0 = s + 2 * p * rs, *d1 = d0 + rs, *d2 = d1 + rs, *d3 = d2 + rs;
+        float *restrict t0 = t, *restrict t1 = t + rs, *restrict t2 = t1 + rs, *restrict t3 = t2 + rs;
+        for (int64_t j = 0; j < rs; j++) {
+            t0[j] = d0[j] - d2[j], t1[j] = d1[j] + d2[j];
+            t2[j] = d2[j] - d1[j], t3[j] = d1[j] - d3[j];
+        }
+        float *vp = v + p * TW;
+        for (int i = 0; i < 4; i++) {
+            const float *ti = t + i * rs;
+            transform_columns(ti, ti + n, TW, vp + 4 * i * pt_stride, vp + (4 * i + 1) * pt_stride,
+                              vp + (4 * i + 2) * pt_stride, vp + (4 * i + 3) * pt_stride);
+        }
+    }
+}
+
+/* y = A^T M A for one output channel and pair: the 2 x 2TW sums of rows 0 and 1 into y0, y1 (m: M[0]'s,
+ * points pt_stride floats apart) */
+PW_HOT static void transform_output(const float *restrict m, int64_t pt_stride, int64_t TW, float *restrict y0,
+                                    float *restrict y1) {
+    const int64_t ps = pt_stride;
+    const float *m0 = m, *m1 = m0 + ps, *m2 = m1 + ps, *m3 = m2 + ps, *m4 = m3 + ps, *m5 = m4 + ps;
+    const float *m6 = m5 + ps, *m7 = m6 + ps, *m8 = m7 + ps, *m9 = m8 + ps, *m10 = m9 + ps, *m11 = m10 + ps;
+    const float *m12 = m11 + ps, *m13 = m12 + ps, *m14 = m13 + ps, *m15 = m14 + ps;
+    for (int64_t j = 0; j < TW; j++) {
+        /* columns: s_i0 = m_i0 + m_i1 + m_i2, s_i1 = m_i1 - m_i2 - m_i3 for each row i of points */
+        const float s00 = m0[j] + m1[j] + m2[j], s01 = m1[j] - m2[j] - m3[j];
+        const float s10 = m4[j] + m5[j] + m6[j], s11 = m5[j] - m6[j] - m7[j];
+        const float s20 = m8[j] + m9[j] + m10[j], s21 = m9[j] - m10[j] - m11[j];
+        const float s30 = m12[j] + m13[j] + m14[j], s31 = m13[j] - m14[j] - m15[j];
+        y0[2 * j] = s00 + s10 + s20, y0[2 * j + 1] = s01 + s11 + s21;
+        y1[2 * j] = s10 - s20 - s30, y1[2 * j + 1] = s11 - s21 - s31;
+    }
+}
+
+/* d[q] = act(y[q] + b + r[q]) over q < n (r may be NULL); ReLU here, the other activations after */
+PW_HOT static void store_row(float *restrict d, const float *restrict y, const float *restrict r, float b, int64_t n,
+                             int relu) {
+    if (r)
+        for (int64_t q = 0; q < n; q++) d[q] = y[q] + b + r[q];
+    else
+        for (int64_t q = 0; q < n; q++) d[q] = y[q] + b;
+    if (relu)
+        for (int64_t q = 0; q < n; q++) d[q] = ((d[q] > 0.0f) | (d[q] != d[q])) ? d[q] : 0.0f; /* NaN stays */
+}
+
+int64_t pw_winograd_scratch(int64_t C, int64_t rows, int64_t channels, int64_t OW) {
+    const int64_t pairs = (rows + 1) / 2, TW = (OW + 1) / 2, T = pairs * TW;
+    /* V, M, the split rows of one channel, two output rows */
+    const int64_t sums = T * ((channels + 2 * PW_TR - 2) / PW_TR * PW_TR); /* pw_gemm_packed_t's */
+    return 16 * (C * T + PW_WINO_SKEW) + 16 * (channels * T + PW_WINO_SKEW) + (2 * pairs + 2) * 2 * (TW + 1) +
+           8 * (TW + 1) + 2 * 2 * TW + sums + 32;
+}
+
+void pw_conv_winograd(const int64_t *L, const float *xn, float *scratch, int64_t stamp, int64_t n, int64_t oh0,
+                      int64_t oh1, int64_t o0, int64_t o1, float *on, const float *rn) {
+    const int64_t C = L[S_XSHAPE + 1], H = L[S_XSHAPE + 2], W = L[S_XSHAPE + 3];
+    const int64_t OH = L[S_OSHAPE + 2], OW = L[S_OSHAPE + 3], ph = L[S_PH], pw = L[S_PW];
+    const int64_t pairs = (oh1 - oh0 + 1) / 2, TW = (OW + 1) / 2, T = pairs * TW, R = 2 * pairs + 2;
+    const int64_t rows = o1 - o0;
+    const float *bias = (const float *)(intptr_t)L[S_BIAS];
+    const float *wp = (const float *)(intptr_t)L[S_WPACK];
+    const int64_t O = L[S_OSHAPE + 1], panels = (O + PW_TR - 1) / PW_TR;
+    const int64_t vs = C * T + PW_WINO_SKEW, ms = rows * T + PW_WINO_SKEW; /* floats per point */
+    float *v = scratch + PW_SCRATCH_HEADER, *m = v + 16 * vs;
+    float *s = m + 16 * ms, *t = s + R * 2 * (TW + 1), *y0 = t + 8 * (TW + 1), *y1 = y0 + 2 * TW, *sums = y1 + 2 * TW;
+    int64_t *key = (int64_t *)scratch;
+    const int64_t want[6] = {(int64_t)(intptr_t)L, stamp, n, -2, oh0, oh1};
+    if (memcmp(key, want, sizeof want)) {
+        /* the input rows the tile's window reads: [oh0 - ph, oh1 - ph + 2) */
+        const int64_t ih0 = oh0 - ph, r_hi = oh1 - ph + 2;
+        for (int64_t c = 0; c < C; c++) {
+            split_rows(xn + c * H * W, H, W, ih0, R, r_hi, pw, TW, s);
+            transform_input(s, pairs, TW, v + c * T, vs, t);
+        }
+        memcpy(key, want, sizeof want);
+    }
+    for (int pt = 0; pt < 16; pt++)
+        pw_gemm_packed_t(rows, T, C, wp + (pt * panels + o0 / PW_TR) * C * PW_TR, o0 % PW_TR, v + pt * vs, T,
+                         m + pt * ms, T, NULL, NULL, PW_ACT_NONE, sums);
+    const int relu = L[S_ACT] == PW_ACT_RELU;
+    for (int64_t o = o0; o < o1; o++) {
+        const float b = bias ? bias[o] : 0.0f;
+        float *oc = on + o * OH * OW;
+        const float *rc = rn ? rn + o * OH * OW : NULL;
+        for (int64_t p = 0; p < pairs; p++) {
+            const int64_t oh = oh0 + 2 * p;
+            transform_output(m + (o - o0) * T + p * TW, ms, TW, y0, y1);
+            store_row(oc + oh * OW, y0, rc ? rc + oh * OW : NULL, b, OW, relu);
+            if (oh + 1 < oh1) store_row(oc + (oh + 1) * OW, y1, rc ? rc + (oh + 1) * OW : NULL, b, OW, relu);
+        }
+    }
+}
