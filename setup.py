@@ -22,6 +22,7 @@ setup(
                 "pathweave/execute/native/tile_kernels.h",
                 "pathweave/execute/native/tile_gemm.h",
                 "pathweave/execute/native/tile_kernels_seq.h",
+                "pathweave/execute/native/tile_simd.h",
             ],
             extra_compile_args=["-O3", "-std=c11", "-pthread", "-Wall"],
             extra_link_args=["-pthread", "-lm"],

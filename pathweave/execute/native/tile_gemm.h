@@ -35,6 +35,12 @@ int pw_gemm_force(const char *isa);
 void pw_gemm_packed_t(int64_t rows, int64_t cols, int64_t K, const float *wp, int64_t row_skip, const float *b,
                       int64_t ldb, float *c, int64_t ldc, const float *bias, const float *res, int act, float *t);
 
+/* The products of pw_gemm_packed_t without the write to C: the sums stay in t, position p's channels at
+ * t[p * tld + row_skip ..] with tld = (row_skip + rows) rounded up to PW_TR (Winograd's output
+ * transform reads them there, along the channels). */
+void pw_gemm_packed_t_sums(int64_t rows, int64_t cols, int64_t K, const float *wp, int64_t row_skip,
+                           const float *b, int64_t ldb, float *t);
+
 /* Where the transposed kernel finds B's positions and puts the sums: runs of width positions, run r at
  * b + r * bpitch, positions step floats apart (1 or 2), B's row k at koff[k] (NULL: k * ldb; else K +
  * PW_KOFF_PAD entries); the sums

@@ -28,6 +28,8 @@ int pw_tj_max = PW_TJ_MAX;
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
+#include "tile_simd.h"
+
 /* out[j][16 v ..] (+)= sum_k a[v][k][..] * B(k, j) over kc values of k, for mv panels of PW_TR rows
  * (lda floats apart, k-major) and nj broadcast operands B(k, j) = b[koff[k] + j * step] (koff NULL:
  * k * ldb). step is a constant (1 or 2: positions of a tile) or 0 for pstride (rows of A read in place
@@ -98,35 +100,6 @@ __attribute__((target("avx512f"))) static void block_t512(int mv, int nj, int st
         PW_NJ_SWITCH(PW_T_CASE, 1)
     }
 }
-/* r[i][j] <- r[j][i] for 16 x 16 floats: pairs, then quads, then 128-bit lanes of two steps */
-__attribute__((target("avx512f"), always_inline)) static inline void transpose16(__m512 r[16]) {
-    __m512 t[16], u[16];
-    for (int i = 0; i < 8; i++) {
-        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-    for (int i = 0; i < 4; i++) {
-        const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
-        const __m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
-        u[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
-        u[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
-        u[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
-        u[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
-    }
-    for (int i = 0; i < 4; i++) {
-        t[i] = _mm512_shuffle_f32x4(u[i], u[4 + i], 0x88);
-        t[4 + i] = _mm512_shuffle_f32x4(u[i], u[4 + i], 0xdd);
-        t[8 + i] = _mm512_shuffle_f32x4(u[8 + i], u[12 + i], 0x88);
-        t[12 + i] = _mm512_shuffle_f32x4(u[8 + i], u[12 + i], 0xdd);
-    }
-    for (int i = 0; i < 4; i++) {
-        r[i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0x88);
-        r[4 + i] = _mm512_shuffle_f32x4(t[4 + i], t[12 + i], 0x88);
-        r[8 + i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0xdd);
-        r[12 + i] = _mm512_shuffle_f32x4(t[4 + i], t[12 + i], 0xdd);
-    }
-}
-
 /* C's rows from the sums, 16 x 16 at a time through registers (a strided scalar pass took ~12 cycles
  * per output: a third of the product on ResNet-50's 7x7 layers of k = 512); segment s of C's row
  * (seg positions) comes from the sums' positions from s * pitch */
@@ -186,15 +159,20 @@ static void block_generic(int mv, int nj, int step, int64_t kc, const float *a, 
         }
 }
 
-void pw_gemm_packed_t_runs(int64_t rows, int64_t K, const float *wp, int64_t row_skip, const float *b,
-                           int64_t ldb, const pw_truns *u, float *c, int64_t ldc, const float *bias,
-                           const float *res, int act, float *t) {
-    const int64_t panels = (row_skip + rows + PW_TR - 1) / PW_TR, tld = panels * PW_TR, lda = K * PW_TR;
-    void (*block)(int, int, int, int64_t, const float *, int64_t, const float *, int64_t, const int64_t *,
-                  float *, int64_t, int) = block_generic;
+typedef void (*block_fn)(int, int, int, int64_t, const float *, int64_t, const float *, int64_t, const int64_t *,
+                         float *, int64_t, int);
+
+static block_fn pick_block(void) {
 #ifdef PW_T_HAVE_512
-    if (pw_gemm_wide()) block = block_t512;
+    if (pw_gemm_wide()) return block_t512;
 #endif
+    return block_generic;
+}
+
+/* the sums of every run into t (positions x tld channels), no writeback */
+static void products(block_fn block, int64_t rows, int64_t K, const float *wp, int64_t row_skip, const float *b,
+                     int64_t ldb, const pw_truns *u, float *t) {
+    const int64_t panels = (row_skip + rows + PW_TR - 1) / PW_TR, tld = panels * PW_TR, lda = K * PW_TR;
     /* a run's positions in chunks of equal size (+-1) up to pw_tj_max: ResNet's rows of 56, 28 and 14
      * positions split into whole chunks of 14, where steps of 12 left tails of 8, 4 and 2 */
     const int64_t most = pw_tj_max < 1 ? 1 : pw_tj_max > PW_TJ_MAX ? PW_TJ_MAX : pw_tj_max; /* the kernels' cases */
@@ -211,6 +189,20 @@ void pw_gemm_packed_t_runs(int64_t rows, int64_t K, const float *wp, int64_t row
                           t + (r * u->width + p) * tld + q * PW_TR, tld, k0 == 0);
             }
     }
+}
+
+void pw_gemm_packed_t_sums(int64_t rows, int64_t cols, int64_t K, const float *wp, int64_t row_skip,
+                           const float *b, int64_t ldb, float *t) {
+    const pw_truns u = {1, cols, 1, 0, NULL, 1, cols, cols};
+    products(pick_block(), rows, K, wp, row_skip, b, ldb, &u, t);
+}
+
+void pw_gemm_packed_t_runs(int64_t rows, int64_t K, const float *wp, int64_t row_skip, const float *b,
+                           int64_t ldb, const pw_truns *u, float *c, int64_t ldc, const float *bias,
+                           const float *res, int act, float *t) {
+    const int64_t tld = (row_skip + rows + PW_TR - 1) / PW_TR * PW_TR;
+    const block_fn block = pick_block();
+    products(block, rows, K, wp, row_skip, b, ldb, u, t);
     const int relu = act == PW_ACT_RELU;
     const int64_t segs = u->segs, seg = u->seg, pitch = u->pitch;
 #ifdef PW_T_HAVE_512

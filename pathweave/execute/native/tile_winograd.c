@@ -112,8 +112,8 @@ PW_HOT static void transform_output(const float *restrict m, int64_t pt_stride, 
 }
 
 /* d[q] = act(y[q] + b + r[q]) over q < n (r may be NULL); ReLU here, the other activations after */
-PW_HOT static void store_row(float *restrict d, const float *restrict y, const float *restrict r, float b, int64_t n,
-                             int relu) {
+PW_HOT static void store_row(float *restrict d, const float *restrict y, const float *restrict r, float b,
+                             int64_t n, int relu) {
     if (r)
         for (int64_t q = 0; q < n; q++) d[q] = y[q] + b + r[q];
     else
@@ -122,12 +122,71 @@ PW_HOT static void store_row(float *restrict d, const float *restrict y, const f
         for (int64_t q = 0; q < n; q++) d[q] = ((d[q] > 0.0f) | (d[q] != d[q])) ? d[q] : 0.0f; /* NaN stays */
 }
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include "tile_simd.h"
+
+/* A^T M A from the products' sums as they lie (position t's channels at m[t * tld + q], points ms
+ * floats apart), along 16 channels at a time, for both rows of each pair; 8 blocks (16 output
+ * columns) of a row are transposed 16 x 16 in registers into 16 channel rows, then bias, residual,
+ * ReLU and a masked store: no pass over M in the channels-major layout. oc, rc: channel o0's plane. */
+__attribute__((target("avx512f"))) static void
+output_wide(const float *m, int64_t ms, int64_t tld, int64_t row_skip, int64_t rows, int64_t pairs, int64_t TW,
+            int64_t oh0, int64_t oh1, int64_t OW, int64_t plane, float *oc, const float *rc, const float *bias,
+            int relu) {
+    const __m512 zero = _mm512_setzero_ps();
+    for (int64_t p = 0; p < pairs; p++) {
+        const int64_t oh = oh0 + 2 * p, second = oh + 1 < oh1;
+        for (int64_t q0 = 0; q0 < row_skip + rows; q0 += 16)
+            for (int64_t c0 = 0; c0 < OW; c0 += 16) {
+                __m512 r0[16], r1[16];
+                for (int jj = 0; jj < 8; jj++) {
+                    const int64_t j = c0 / 2 + jj;
+                    if (j >= TW) {
+                        r0[2 * jj] = r0[2 * jj + 1] = r1[2 * jj] = r1[2 * jj + 1] = zero;
+                        continue;
+                    }
+                    const float *mt = m + (p * TW + j) * tld + q0;
+                    __m512 s[4][2];
+                    for (int i = 0; i < 4; i++) {
+                        const float *mi = mt + 4 * i * ms;
+                        const __m512 m0 = _mm512_loadu_ps(mi), m1 = _mm512_loadu_ps(mi + ms);
+                        const __m512 m2 = _mm512_loadu_ps(mi + 2 * ms), m3 = _mm512_loadu_ps(mi + 3 * ms);
+                        s[i][0] = _mm512_add_ps(_mm512_add_ps(m0, m1), m2);
+                        s[i][1] = _mm512_sub_ps(_mm512_sub_ps(m1, m2), m3);
+                    }
+                    for (int q = 0; q < 2; q++) {
+                        r0[2 * jj + q] = _mm512_add_ps(_mm512_add_ps(s[0][q], s[1][q]), s[2][q]);
+                        r1[2 * jj + q] = _mm512_sub_ps(_mm512_sub_ps(s[1][q], s[2][q]), s[3][q]);
+                    }
+                }
+                transpose16(r0);
+                if (second) transpose16(r1);
+                const int64_t n = OW - c0 < 16 ? OW - c0 : 16;
+                const __mmask16 mask = (__mmask16)(n == 16 ? 0xFFFF : (1u << n) - 1);
+                for (int i = 0; i < 16; i++) {
+                    const int64_t row = q0 + i - row_skip;
+                    if (row < 0 || row >= rows) continue;
+                    const __m512 b = _mm512_set1_ps(bias ? bias[row] : 0.0f);
+                    for (int h = 0; h <= second; h++) {
+                        const int64_t at = row * plane + (oh + h) * OW + c0;
+                        __m512 x = _mm512_add_ps(h ? r1[i] : r0[i], b);
+                        if (rc) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mask, rc + at));
+                        if (relu) x = _mm512_max_ps(zero, x); /* max(0, NaN) is NaN: the second operand */
+                        _mm512_mask_storeu_ps(oc + at, mask, x);
+                    }
+                }
+            }
+    }
+}
+#define PW_WINO_WIDE 1
+#endif
+
 int64_t pw_winograd_scratch(int64_t C, int64_t rows, int64_t channels, int64_t OW) {
     const int64_t pairs = (rows + 1) / 2, TW = (OW + 1) / 2, T = pairs * TW;
     /* V, M, the split rows of one channel, two output rows */
-    const int64_t sums = T * ((channels + 2 * PW_TR - 2) / PW_TR * PW_TR); /* pw_gemm_packed_t's */
-    return 16 * (C * T + PW_WINO_SKEW) + 16 * (channels * T + PW_WINO_SKEW) + (2 * pairs + 2) * 2 * (TW + 1) +
-           8 * (TW + 1) + 2 * 2 * TW + sums + 32;
+    const int64_t tld = (channels + 2 * PW_TR - 2) / PW_TR * PW_TR; /* the sums' channels, row_skip < PW_TR */
+    return 16 * (C * T + PW_WINO_SKEW) + 16 * (tld * T + PW_WINO_SKEW) + (2 * pairs + 2) * 2 * (TW + 1) +
+           8 * (TW + 1) + 2 * 2 * TW + T * tld + 32;
 }
 
 void pw_conv_winograd(const int64_t *L, const float *xn, float *scratch, int64_t stamp, int64_t n, int64_t oh0,
@@ -139,9 +198,11 @@ void pw_conv_winograd(const int64_t *L, const float *xn, float *scratch, int64_t
     const float *bias = (const float *)(intptr_t)L[S_BIAS];
     const float *wp = (const float *)(intptr_t)L[S_WPACK];
     const int64_t O = L[S_OSHAPE + 1], panels = (O + PW_TR - 1) / PW_TR;
-    const int64_t vs = C * T + PW_WINO_SKEW, ms = rows * T + PW_WINO_SKEW; /* floats per point */
+    const int64_t skip = o0 % PW_TR, tld = (skip + rows + PW_TR - 1) / PW_TR * PW_TR;
+    const int64_t vs = C * T + PW_WINO_SKEW, ms = T * tld + PW_WINO_SKEW; /* floats per point */
     float *v = scratch + PW_SCRATCH_HEADER, *m = v + 16 * vs;
-    float *s = m + 16 * ms, *t = s + R * 2 * (TW + 1), *y0 = t + 8 * (TW + 1), *y1 = y0 + 2 * TW, *sums = y1 + 2 * TW;
+    float *s = m + 16 * ms, *t = s + R * 2 * (TW + 1), *y0 = t + 8 * (TW + 1), *y1 = y0 + 2 * TW;
+    float *sums = y1 + 2 * TW;
     int64_t *key = (int64_t *)scratch;
     const int64_t want[6] = {(int64_t)(intptr_t)L, stamp, n, -2, oh0, oh1};
     if (memcmp(key, want, sizeof want)) {
@@ -153,10 +214,20 @@ void pw_conv_winograd(const int64_t *L, const float *xn, float *scratch, int64_t
         }
         memcpy(key, want, sizeof want);
     }
-    for (int pt = 0; pt < 16; pt++)
-        pw_gemm_packed_t(rows, T, C, wp + (pt * panels + o0 / PW_TR) * C * PW_TR, o0 % PW_TR, v + pt * vs, T,
-                         m + pt * ms, T, NULL, NULL, PW_ACT_NONE, sums);
     const int relu = L[S_ACT] == PW_ACT_RELU;
+    const float *w0 = wp + (o0 / PW_TR) * C * PW_TR;
+#ifdef PW_WINO_WIDE
+    if (pw_gemm_wide()) { /* the sums as they lie, each point's T x tld */
+        for (int pt = 0; pt < 16; pt++)
+            pw_gemm_packed_t_sums(rows, T, C, w0 + pt * panels * C * PW_TR, skip, v + pt * vs, T, m + pt * ms);
+        output_wide(m, ms, tld, skip, rows, pairs, TW, oh0, oh1, OW, OH * OW, on + o0 * OH * OW,
+                    rn ? rn + o0 * OH * OW : NULL, bias ? bias + o0 : NULL, relu);
+        return;
+    }
+#endif
+    for (int pt = 0; pt < 16; pt++)
+        pw_gemm_packed_t(rows, T, C, w0 + pt * panels * C * PW_TR, skip, v + pt * vs, T, m + pt * ms, T,
+                         NULL, NULL, PW_ACT_NONE, sums);
     for (int64_t o = o0; o < o1; o++) {
         const float b = bias ? bias[o] : 0.0f;
         float *oc = on + o * OH * OW;
