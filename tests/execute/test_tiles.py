@@ -167,6 +167,7 @@ def test_pooling_matches_eager(kind: str, kw: dict, width: int, outputs_close) -
         outputs_close(strat(x), model(x), rtol=1e-5, atol_scale=1e-6)
     if kind == "max":  # a NaN anywhere in a window is that window's max, as in torch
         x[0, 1, 1, 3] = float("nan")
+        x[0, 2, 2, 0] = x[1, 0, 1, width - 1] = float("nan")  # edge columns (3x3 windows: two taps)
         got, want = strat(x), model(x)
         assert torch.equal(got.isnan(), want.isnan()) and bool(want.isnan().any())
     strat.close()
