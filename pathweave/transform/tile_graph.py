@@ -74,7 +74,10 @@ MATMUL_MIN_ROWS, MATMUL_MIN_FEATURES = 128, 128
 #: input and output channels run Winograd F(2x2, 3x3) (native/tile_winograd.c: 2.25x fewer multiply-adds);
 #: over maps at least WINOGRAD_MIN_WIDTH wide (on 7x7 maps the 2x2 blocks compute 8x8 outputs, and the
 #: transformed weights, 16/9 the size, stream from memory at batch 1: ResNet-50's 7x7 layers gained
-#: nothing); their row pieces start on even rows (whole pairs)
+#: nothing); their row pieces start on even rows (whole pairs), hold at least WINOGRAD_MIN_BLOCKS 2x2
+#: blocks (or half the rows, whichever is fewer) and span every output channel, so that each input
+#: transform is built once: 14x14 layers split by channels had both workers build it (ResNet-50 A/B
+#: 0.94-0.99x for two row pieces instead)
 WINOGRAD_MIN_CHANNELS, WINOGRAD_MIN_WIDTH = 32, 14
 WINOGRAD_MIN_BLOCKS = 28
 #: ops whose tiles line up one to one with those of their same-shaped producer by default
@@ -357,8 +360,8 @@ def _min_piece(node: torch.fx.Node) -> tuple[int, ...] | None:
     if whole:  # a tile of a layer norm or softmax computes its rows' statistics once: whole rows
         return tuple(n if d in whole else 1 for d, n in enumerate(dims))
     if kind == "conv" and len(dims) == 4 and conv_layout(node) == "winograd":
-        rows = min(dims[2], 2 * math.ceil(WINOGRAD_MIN_BLOCKS / math.ceil(dims[3] / 2)))
-        return (1, dims[1] if dims[2] // rows >= 2 else GEMM_MIN_ROWS, rows, 1)
+        rows = max(1, min(dims[2] // 2, 2 * math.ceil(WINOGRAD_MIN_BLOCKS / math.ceil(dims[3] / 2))))
+        return (1, dims[1], rows, 1)
     if kind == "conv" and len(dims) == 4:
         return (1, GEMM_MIN_ROWS, math.ceil(GEMM_MIN_COLUMNS / max(dims[3], 1)), 1)
     if kind == "matmul" and len(dims) >= 2:

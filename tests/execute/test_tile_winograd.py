@@ -90,14 +90,17 @@ def test_winograd_on_every_instruction_set(outputs_close) -> None:
 
 
 def test_channel_tiles_share_the_transformed_input(outputs_close) -> None:
-    """A 14x14 map (too few 2x2 blocks to cut its rows) split by channels, by default: the tiles after
-    the first reuse its transformed input."""
+    """Tiles asked for beyond one per row split the channels too: the tiles after the first over the
+    same rows reuse its transformed input (by default the row pieces span every channel)."""
     net = torch.nn.Sequential(torch.nn.Conv2d(64, 256, 3, padding=1), torch.nn.ReLU()).eval()
     x = torch.randn(1, 64, 14, 14)
-    strat = TilesStrategy(pathweave.capture(net, x), threads=1)
+    default = TilesStrategy(pathweave.capture(net, x), threads=1)
+    assert len(default.graph.grid(0)[1]) == 2 and len(default.graph.grid(0)[2]) > 2  # rows only
+    default.close()
+    strat = TilesStrategy(pathweave.capture(net, x), threads=1, tiles_per_layer=56)
     try:
         g = strat.graph
-        assert len(g.grid(0)[2]) == 2 and len(g.grid(0)[1]) > 3  # one row piece, several channel pieces
+        assert len(g.grid(0)[2]) == 15 and len(g.grid(0)[1]) == 5  # 14 row pieces x 4 channel pieces
         with torch.no_grad():
             outputs_close(strat(x), net(x), rtol=1e-4, atol_scale=1e-5)
     finally:
