@@ -369,8 +369,10 @@ def _conv(
     # narrow tiles and padded inputs take the transposed micro-kernel where the AVX-512 kernels run (with
     # 8-float vectors the column tails waste little); it needs the weights in panels of its own height
     layout = conv_layout(node) if gemm_isa() == "avx512" else None
-    if layout == "winograd":
+    if layout == "winograd" and is_constant(args["weight"]):
         return _winograd(node, args, row, w, graph, i, keep)
+    if layout == "winograd":  # a weight given at run time: the direct kernels read it as it comes
+        layout = None
     packed = _packed(args["weight"], w, int(args["groups"]), PANEL_ROWS_T) if layout else None
     if packed is None:  # fewer output channels than its panel: the row-vector kernels' panels of 8
         layout = None
@@ -411,8 +413,6 @@ def winograd_weights(w: np.ndarray) -> np.ndarray:
 def _winograd(
     node: torch.fx.Node, args: dict, row: np.ndarray, w: View, graph: TileGraph, i: int, keep: list
 ) -> int:
-    if not is_constant(args["weight"]):
-        raise NoKernel("Winograd needs constant weights")
     packed = packed_once(args["weight"], "winograd", lambda: winograd_weights(w.array()))
     keep.append(packed)
     row[S_WPACK], row[S_WPACK_T] = packed.ctypes.data, PACKS["winograd"]

@@ -17,10 +17,10 @@ from pathweave.execute.tiles import TilesStrategy
 WINOGRAD = PACKS["winograd"]
 
 
-@pytest.fixture(autouse=True)
-def _avx512() -> None:
-    if tile_runtime.gemm_isa() != "avx512":
-        pytest.skip("the Winograd tiles are chosen only where the AVX-512 kernels run")
+avx512 = pytest.mark.skipif(
+    "tile_runtime.gemm_isa() != 'avx512'",
+    reason="the Winograd tiles are chosen only where the AVX-512 kernels run",
+)
 
 
 class _Blocks(torch.nn.Module):
@@ -45,6 +45,7 @@ def _layers(strat: TilesStrategy, kind: int) -> list[int]:
     return [i for i, k in enumerate(strat.program.layers[:, S_WPACK_T].tolist()) if k == kind]
 
 
+@avx512
 @pytest.mark.parametrize(("shape", "tiles", "threads"), [
     ((1, 32, 16, 18), None, 2),  # the default tiles
     ((1, 32, 17, 17), None, 1),  # odd height and width: a discarded row and column
@@ -74,6 +75,7 @@ def test_winograd_layers_match_eager(shape: tuple, tiles: int | None, threads: i
         strat.close()
 
 
+@avx512
 def test_winograd_on_every_instruction_set(outputs_close) -> None:
     torch.manual_seed(1)
     net = _Blocks().eval()
@@ -89,6 +91,7 @@ def test_winograd_on_every_instruction_set(outputs_close) -> None:
         strat.close()
 
 
+@avx512
 def test_channel_tiles_share_the_transformed_input(outputs_close) -> None:
     """Tiles asked for beyond one per row split the channels too: the tiles after the first over the
     same rows reuse its transformed input (by default the row pieces span every channel)."""
@@ -107,6 +110,7 @@ def test_channel_tiles_share_the_transformed_input(outputs_close) -> None:
         strat.close()
 
 
+@avx512
 @pytest.mark.parametrize("conv", [
     torch.nn.Conv2d(32, 32, 3, padding=1, stride=2),
     torch.nn.Conv2d(32, 32, 3, padding=2, dilation=2),
@@ -123,11 +127,43 @@ def test_other_convolutions_stay_direct(conv: torch.nn.Module) -> None:
         strat.close()
 
 
+@avx512
 def test_seven_wide_maps_stay_direct() -> None:
     conv = torch.nn.Conv2d(64, 64, 3, padding=1).eval()
     strat = TilesStrategy(pathweave.capture(conv, torch.randn(1, 64, 7, 7)), threads=1)
     try:
         assert not _layers(strat, WINOGRAD)
+    finally:
+        strat.close()
+
+
+@avx512
+def test_the_transform_is_rebuilt_for_each_image_and_run(outputs_close) -> None:
+    """One tile spans both images (same rows: the kept transform is the other image's) and a second
+    run brings new inputs (same layer, image and rows as the first run's)."""
+    net = torch.nn.Sequential(torch.nn.Conv2d(32, 32, 3, padding=1), torch.nn.ReLU()).eval()
+    strat = TilesStrategy(pathweave.capture(net, torch.randn(2, 32, 14, 14)), threads=1, tiles_per_layer=1)
+    try:
+        assert _layers(strat, WINOGRAD) == [0] and strat.graph.num_tiles == 1
+        for seed in range(2):
+            x = torch.randn(2, 32, 14, 14, generator=torch.Generator().manual_seed(seed))
+            with torch.no_grad():
+                outputs_close(strat(x), net(x), rtol=1e-4, atol_scale=1e-5)
+    finally:
+        strat.close()
+
+
+@avx512
+def test_a_weight_given_at_run_time_stays_direct(outputs_close) -> None:
+    class _WeightInput(torch.nn.Module):
+        def forward(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+            return torch.nn.functional.conv2d(torch.relu(x), w, padding=1)
+
+    x, w = torch.randn(1, 32, 16, 16), torch.randn(32, 32, 3, 3)
+    strat = TilesStrategy(pathweave.capture(_WeightInput(), x, w), threads=1)
+    try:
+        assert not _layers(strat, WINOGRAD)
+        outputs_close(strat(x, w), _WeightInput()(x, w), rtol=1e-4, atol_scale=1e-5)
     finally:
         strat.close()
 
