@@ -59,8 +59,10 @@ PADDED_MIN_WIDTH, PADDED_MIN_WIDTH_STRIDED = 28, 7
 #: stride-1 windows over maps at least this many times their column padding wide run "padded" even where
 #: "narrow" would apply: the padded rows discard at most 1/8 of the sums, and the im2col they spare grew
 #: past L2 (ResNet-50's 14x14 3x3 layers: 1.8 MB per worker): on 2 workers those layers 1.63 -> 1.34 ms,
-#: the model 25.0 -> 23.9 ms (A/B in one process); its 7x7 ones (2/9 discarded) stay "narrow"
-PADDED_WIDTH_PER_PAD = 14
+#: the model 25.0 -> 23.9 ms (A/B in one process). Its 7x7 ones too (2/9 of the sums discarded, but
+#: each worker's 903 KB im2col spared): with the 3x3 layers of larger maps on Winograd, ResNet-50
+#: 0.97-1.00x, DenseNet-121 0.96x, Inception-v3 0.99x, GoogLeNet and SqueezeNet 1.00x (A/B, 2 workers)
+PADDED_WIDTH_PER_PAD = 7
 #: stride-2 convolutions take it from fewer products per output (ResNet-50's 7x7 stem, k = 147: 82 -> 101
 #: GFLOP/s as a layer alone)
 PADDED_MIN_K_STRIDED = 128

@@ -359,6 +359,7 @@ def test_transposed_kernel_layers_on_every_instruction_set(
     if tile_runtime.gemm_isa() != "avx512":
         pytest.skip("the transposed micro-kernel is chosen only where the AVX-512 kernels run")
     monkeypatch.setattr(tile_graph, "WINOGRAD_MIN_CHANNELS", 10**9)  # their 3x3 layers, not Winograd's
+    monkeypatch.setattr(tile_graph, "PADDED_WIDTH_PER_PAD", 14)  # a 3x3 window over 7x7 on "narrow" (im2col)
     torch.manual_seed(0)
     net = model().eval()
     strat = TilesStrategy(pathweave.capture(net, torch.randn(shape)), threads=2, work_per_tile=2e5,
