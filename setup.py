@@ -14,6 +14,7 @@ setup(
                 "pathweave/execute/native/tile_kernels.c",
                 "pathweave/execute/native/tile_gemm.c",
                 "pathweave/execute/native/tile_gemm_t.c",
+                "pathweave/execute/native/tile_pool_s1.c",
                 "pathweave/execute/native/tile_pool_s2.c",
                 "pathweave/execute/native/tile_winograd.c",
                 "pathweave/execute/native/tile_kernels_seq.c",

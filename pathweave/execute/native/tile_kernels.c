@@ -431,6 +431,15 @@ PW_HOT static int pool_tile(const int64_t *L, const int32_t *lo, const int32_t *
         if (done) return 0;
     }
     const int64_t div = divisor ? divisor : (count_pad ? kh * kw : 0); /* the avg's one divisor, if one */
+    if (kh == 3 && kw == 3 && sh == 1 && sw == 1 && ph == 1 && pw == 1 && dh == 1 && dw == 1 && OW == W &&
+        OH == H && xs[3] == 1 && lo[3] == 0 && hi[3] == OW && (is_max || div)) { /* 16 outputs a vector */
+        int done = 1;
+        for (int64_t n = lo[0]; n < hi[0] && done; n++)
+            for (int64_t c = lo[1]; c < hi[1] && done; c++)
+                done = !pw_pool3_s1(x + n * xs[0] + c * xs[1], RS, H, W, out + (n * C + c) * OH * OW, lo[2],
+                                    hi[2], is_max, (float)div);
+        if (done) return 0;
+    }
     if (sh == 1 && sw == 1 && dh == 1 && dw == 1 && kw == 2 * pw + 1 && OW == W && OH == H + 2 * ph - kh + 1 &&
         RS == W && xs[3] == 1 && lo[3] == 0 && hi[3] == OW && (is_max || div) && pw < 8 && W <= PW_POOL_CHUNK) {
         float buf[PW_POOL_CHUNK + 48];

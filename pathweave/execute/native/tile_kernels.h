@@ -80,6 +80,11 @@ int pw_tile_kernel(const int64_t *layer, const int32_t *lo, const int32_t *hi, f
 int pw_pool_s2_max(const float *xc, int64_t RS, int64_t H, int64_t W, float *oc, int64_t OW, int64_t oh_lo,
                    int64_t oh_hi, int64_t ow_lo, int64_t ow_hi, int64_t kh, int64_t kw, int64_t ph, int64_t pw);
 
+/* 3x3 stride-1 pooling with padding 1 of one channel plane (rows RS apart, the output W wide) over output
+ * rows [oh_lo, oh_hi): max, or avg divided by div (tile_pool_s1.c); 1 where this CPU lacks AVX-512 */
+int pw_pool3_s1(const float *xc, int64_t RS, int64_t H, int64_t W, float *oc, int64_t oh_lo, int64_t oh_hi,
+                int is_max, float div);
+
 /* Winograd F(2x2, 3x3) of one tile (tile_winograd.c): a 3x3 stride-1 convolution without dilation, one
  * group, padding 0 or 1; S_WPACK holds U = G g G^T per point of the transform (16 blocks of panels of
  * PW_MR output channels, each k-major over the input channels). Output rows [oh0, oh1), channels
