@@ -420,6 +420,26 @@ def _winograd(
     return winograd_scratch(c, graph.largest_extent(i, 2), graph.largest_extent(i, 1), out[3])
 
 
+#: what ``kernel_names`` calls each convolution path (PACKS' layouts by value)
+CONV_KERNELS = {PACKS[None]: "direct", PACKS["narrow"]: "narrow", PACKS["padded"]: "padded",
+                PACKS["winograd"]: "winograd"}  # fmt: skip
+
+
+def kernel_names(layers: np.ndarray) -> list[str]:
+    """Which path each convolution row of a program takes ("winograd", "padded", "narrow", "direct" on the
+    packed micro-kernels, "1x1" on the input as it lies, "depthwise", "sgemm"); "" for other layers."""
+    names = []
+    for row in layers:
+        if row[S_OP] != K_CONV:
+            names.append("")
+        elif row[S_WPACK]:
+            kind = CONV_KERNELS[int(row[S_WPACK_T])]
+            names.append("1x1" if kind == "direct" and row[S_POINTWISE] else kind)
+        else:  # OpenBLAS, or the direct depthwise loop for one input channel per group
+            names.append("depthwise" if row[S_XSHAPE + 1] == row[S_GROUPS] else "sgemm")
+    return names
+
+
 def _pool(name: str, args: dict, row: np.ndarray, view: Any) -> None:
     x = view(args["self"])  # a view is read through its strides, with adjacent columns
     if len(x.shape) != 4:

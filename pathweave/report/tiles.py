@@ -23,6 +23,7 @@ import torch
 
 from ..errors import InputError
 from ..execute.coexec import CoExecutor
+from ..execute.tile_program import kernel_names
 from ..execute.tiles import TilesStrategy
 from ..machine import describe, loadavg
 from ..transform.tile_graph import TileGraph
@@ -36,6 +37,7 @@ class LayerTiles:
     op: str
     shape: tuple[int, ...]  # the layer's output
     tiles: int
+    kernel: str = ""  # a convolution's path (``tile_program.kernel_names``)
 
 
 @dataclass(frozen=True)
@@ -64,13 +66,15 @@ def parallel_fraction(speedup: float, workers: int) -> float:
     return 1 - serial_fraction(speedup, workers)
 
 
-def layer_tiles(graph: TileGraph) -> list[LayerTiles]:
-    """Every layer of ``graph`` with its op, output shape and tile count, in layer order."""
+def layer_tiles(graph: TileGraph, kernels: list[str] | None = None) -> list[LayerTiles]:
+    """Every layer of ``graph`` with its op, output shape and tile count, in layer order; ``kernels``: each
+    layer's convolution path (``tile_program.kernel_names`` of a program over the graph)."""
     starts = graph.layer_tile_start
+    kernels = kernels or [""] * graph.num_layers
     return [
         LayerTiles(str(graph.layer_names[i]), str(graph.layer_ops[i]),
                    tuple(int(d) for d in graph.layer_shapes[i][: int(graph.layer_ndim[i])]),
-                   int(starts[i + 1] - starts[i]))
+                   int(starts[i + 1] - starts[i]), kernels[i])
         for i in range(graph.num_layers)
     ]  # fmt: skip
 
@@ -167,7 +171,7 @@ def tiles_report(
         "rounds": rounds,
         "requests": requests,
         "graph": {"layers": g.num_layers, "tiles": g.num_tiles, "edges": g.num_edges, "depth": g.depth()},
-        "layers": [asdict(row) for row in layer_tiles(g)],
+        "layers": [asdict(row) for row in layer_tiles(g, kernel_names(strategy.program.layers))],
         "scaling": [asdict(row) for row in scaling],
         "machine": describe(),
         "loadavg_before": load_before,
@@ -185,8 +189,8 @@ def format_tiles(d: dict[str, Any]) -> str:
         f"load {d['loadavg_before']} -> {d['loadavg_after']}, {d['date']}"
     )
     shape = lambda r: "x".join(map(str, r["shape"]))  # noqa: E731
-    layers = table(["layer", "op", "output shape", "tiles"],
-                   [[r["layer"], r["op"], shape(r), str(r["tiles"])] for r in d["layers"]])  # fmt: skip
+    per_layer = [[r["layer"], r["op"], shape(r), str(r["tiles"]), r.get("kernel", "")] for r in d["layers"]]
+    layers = table(["layer", "op", "output shape", "tiles", "kernel"], per_layer)
     co = d["requests"] > 1
     header = ["workers", "median ms", "inferences/s", "speed-up", "p_e (Karp-Flatt)"]
     if co:

@@ -11,7 +11,7 @@ import torch
 
 import pathweave
 from pathweave.execute import tile_runtime
-from pathweave.execute.tile_program import PACKS, S_WPACK_T, winograd_weights
+from pathweave.execute.tile_program import PACKS, S_WPACK_T, kernel_names, winograd_weights
 from pathweave.execute.tiles import TilesStrategy
 
 WINOGRAD = PACKS["winograd"]
@@ -179,3 +179,18 @@ def test_weight_transform_is_g_g_gt() -> None:
         want = (g @ w[o, c].astype(np.float64) @ g.T)[a, b]
         assert packed[(a * 4 + b) * 2 + o // 16, c, o % 16] == pytest.approx(want, rel=1e-6)
     assert not packed[1::2, :, 4:].any()  # rows past the 20 channels are zero
+
+
+@avx512
+def test_kernel_names_name_each_convolution_path() -> None:
+    net = torch.nn.Sequential(
+        torch.nn.Conv2d(32, 32, 3, padding=1),  # winograd
+        torch.nn.Conv2d(32, 64, 1),  # 1x1 on the input as it lies
+        torch.nn.Conv2d(64, 64, 3, padding=1, groups=64),  # depthwise
+        torch.nn.Conv2d(64, 64, 3, stride=2, padding=1),  # padded (stride 2)
+    ).eval()
+    strat = TilesStrategy(pathweave.capture(net, torch.randn(1, 32, 16, 16)), threads=1)
+    try:
+        assert kernel_names(strat.program.layers) == ["winograd", "1x1", "depthwise", "padded"]
+    finally:
+        strat.close()

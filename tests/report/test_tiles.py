@@ -10,6 +10,7 @@ import torch
 
 import pathweave
 from pathweave.errors import InputError
+from pathweave.execute.tile_program import kernel_names
 from pathweave.execute.tiles import TilesStrategy
 from pathweave.report.tiles import (
     format_tiles,
@@ -67,11 +68,16 @@ def strategy(tiny_cnn: type[torch.nn.Module]) -> TilesStrategy:
 
 
 def test_layer_tiles(strategy: TilesStrategy) -> None:
-    rows = layer_tiles(strategy.graph)
+    rows = layer_tiles(strategy.graph, kernel_names(strategy.program.layers))
     assert [r.op for r in rows] == ["conv2d_act", "max_pool2d", "linear"]
+    assert rows[0].kernel in ("direct", "sgemm") and rows[1].kernel == rows[2].kernel == ""
     assert [r.shape for r in rows] == [(2, 8, 8, 8), (2, 8, 4, 4), (2, 4)]
     assert sum(r.tiles for r in rows) == strategy.graph.num_tiles and rows[0].tiles > 1
     assert {r.layer: r.tiles for r in rows} == strategy.graph.tile_counts()
+
+
+def rows_kernel(strategy: TilesStrategy) -> str:
+    return kernel_names(strategy.program.layers)[0]
 
 
 def test_scaling_rows_and_report(strategy: TilesStrategy) -> None:
@@ -87,3 +93,4 @@ def test_scaling_rows_and_report(strategy: TilesStrategy) -> None:
     assert d["batch"] == 2 and d["graph"]["tiles"] == strategy.graph.num_tiles
     text = format_tiles(d)
     assert "p_e (Karp-Flatt)" in text and "co-exec" not in text and "2x8x8x8" in text
+    assert d["layers"][0]["kernel"] == rows_kernel(strategy) and "kernel" in text
