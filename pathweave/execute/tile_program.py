@@ -44,7 +44,7 @@ KOFF_PAD = 8
 #: how a convolution uses its packed weights (slot S_WPACK_T, PW_PACK_* in native/tile_kernels.h)
 PACKS = {None: 0, "narrow": 1, "padded": 2, "winograd": 3}
 K_CONV, K_MAXPOOL, K_AVGPOOL, K_ADAPTIVE, K_LINEAR, K_EWISE, K_CAT, K_AFFINE, K_PAD, K_SUM = range(1, 11)
-BATCH_NORMS = ("batch_norm", "_native_batch_norm_legit_no_training")
+BATCH_NORMS = ("batch_norm", "_native_batch_norm_legit_no_training", "batch_norm_act")
 ACTS = {"none": 0, "relu": 1, "gelu": 2, "tanh": 3, "sigmoid": 5}  # 4: tile_program_seq's tanh GELU
 BINOPS = {"add": 1, "sub": 2, "mul": 3, "div": 4, "rsub": 5}
 UNARY = {"relu": "relu", "gelu": "gelu", "tanh": "tanh", "sigmoid": "sigmoid"}
@@ -537,6 +537,7 @@ def _batch_norm(node: torch.fx.Node, args: dict, row: np.ndarray, view: Any, kee
     keep.extend((scale, shift))
     x = view(args["input"])
     row[S_OP], row[S_X], row[S_Y], row[S_BIAS] = K_AFFINE, x.address, scale.ctypes.data, shift.ctypes.data
+    row[S_ACT] = ACTS[args.get("act") or "none"]  # tile_fuse's batch_norm_act
     row[S_XSTRIDE : S_XSTRIDE + 4] = _broadcast_strides(x, out)
     row[S_YSTRIDE : S_YSTRIDE + 4] = [0, 1, 0, 0]  # the channel dim
 

@@ -4,7 +4,9 @@ first by ``fold_bn``):
 - ``relu(conv2d(x))``, ``add(conv2d(x), r)`` and ``relu(add(conv2d(x), r))`` -> ``pathweave::conv2d_act``
   (a ResNet block's last convolution takes its shortcut ``r`` as a residual);
 - ``relu|gelu|tanh(linear(x))`` -> ``pathweave::linear_act``; GELU in both forms, GPT-2's tanh form as
-  act ``gelu_tanh`` (linear only: the matmul kernel of ``tile_kernels_seq.c`` computes it).
+  act ``gelu_tanh`` (linear only: the matmul kernel of ``tile_kernels_seq.c`` computes it);
+- ``relu|gelu|tanh(batch_norm(x))`` in inference form (one not folded into a convolution: DenseNet's
+  after each concatenation) -> ``pathweave::batch_norm_act``, one pass over the tensor instead of two.
 
 The fused ops are torch custom ops with the same results as the ops they replace, so the rewritten
 graph still runs in PyTorch (the tiles strategy checks it against the original); the tile graph maps
@@ -13,7 +15,9 @@ them like conv2d and linear (``tile_ops``), the residual element by element.
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.fx
@@ -58,18 +62,35 @@ def _linear_act(
     return _activate(F.linear(input, weight, bias), act)
 
 
+def _batch_norm_act(
+    input: torch.Tensor,
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    running_mean: torch.Tensor,
+    running_var: torch.Tensor,
+    eps: float,
+    act: str,
+) -> torch.Tensor:
+    return _activate(F.batch_norm(input, running_mean, running_var, weight, bias, False, 0.0, eps), act)
+
+
 # registered when this module is first imported (by the tiles strategy); on fake tensors the same
 # arithmetic gives the shapes
 conv2d_act = torch.library.custom_op("pathweave::conv2d_act", _conv2d_act, mutates_args=())
 conv2d_act.register_fake(_conv2d_act)
 linear_act = torch.library.custom_op("pathweave::linear_act", _linear_act, mutates_args=())
 linear_act.register_fake(_linear_act)
+batch_norm_act = torch.library.custom_op("pathweave::batch_norm_act", _batch_norm_act, mutates_args=())
+batch_norm_act.register_fake(_batch_norm_act)
+
+_BN = aten._native_batch_norm_legit_no_training.default  # a tuple, read by getitem 0
+_BN_PLAIN = aten.batch_norm.default  # one tensor, training flag in args[5]
 
 
 @dataclass(frozen=True)
 class Fuse:
-    layer: str  # the conv2d or linear node
-    residual: str | None  # the add node whose other input joins the epilogue
+    layer: str  # the conv2d, linear or batch norm node
+    residual: str | None  # the add node whose other input joins the epilogue (for a batch norm: its getitem)
     act: str | None  # the activation node
     act_name: str
 
@@ -109,7 +130,25 @@ def propose(gm: torch.fx.GraphModule) -> list[Fuse]:
                 found.append(Fuse(node.name, None, user.name, _act(user)))
         elif node.target == aten.linear.default and _act(user, gelu_tanh=True):
             found.append(Fuse(node.name, None, user.name, _act(user, gelu_tanh=True)))
+        elif _inference_bn(node):
+            item = user if node.target == _BN else None  # the tuple's getitem 0
+            after = sole_user(item) if item is not None else user
+            if (item is None or (item.target is operator.getitem and item.args[1] == 0)) and _act(after):
+                found.append(Fuse(node.name, item and item.name, after.name, _act(after)))
     return found
+
+
+def _inference_bn(node: torch.fx.Node) -> bool:
+    """A batch norm over running statistics, its eps known (both ATen forms)."""
+    if node.target == _BN:
+        return True
+    return node.target == _BN_PLAIN and not node.args[5]
+
+
+def _bn_args(node: torch.fx.Node) -> tuple[Any, ...]:
+    """(input, weight, bias, running_mean, running_var, eps) of either form."""
+    a = node.args
+    return (a[0], a[1], a[2], a[3], a[4], float(a[6] if node.target == _BN else a[7]))
 
 
 def apply(gm: torch.fx.GraphModule, matches: list[Fuse]) -> None:
@@ -119,6 +158,13 @@ def apply(gm: torch.fx.GraphModule, matches: list[Fuse]) -> None:
         add = nodes[m.residual] if m.residual else None
         act = nodes[m.act] if m.act else None
         last = act or add
+        if _inference_bn(layer):  # (bn, its getitem or None, act)
+            with gm.graph.inserting_before(act):
+                fused = gm.graph.call_function(
+                    torch.ops.pathweave.batch_norm_act.default, (*_bn_args(layer), m.act_name)
+                )
+            replace_chain(gm, fused, (act, add, layer))
+            continue
         with gm.graph.inserting_before(last):
             if layer.target == aten.conv2d.default:
                 x, w, b, stride, padding, dilation, groups = conv_args(layer)

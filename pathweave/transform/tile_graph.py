@@ -84,7 +84,7 @@ MATMUL_MIN_ROWS, MATMUL_MIN_FEATURES = 128, 128
 WINOGRAD_MIN_CHANNELS, WINOGRAD_MIN_WIDTH = 32, 14
 WINOGRAD_MIN_BLOCKS = 28
 #: ops whose tiles line up one to one with those of their same-shaped producer by default
-ALIGNED = ELEMENTWISE | CONVERSIONS | {"batch_norm", "_native_batch_norm_legit_no_training"}
+ALIGNED = ELEMENTWISE | CONVERSIONS | {"batch_norm", "_native_batch_norm_legit_no_training", "batch_norm_act"}
 
 #: one input of a layer as the graph reads it: producer layer index and the maps composed to reach it
 Input = tuple[int, tuple[RegionMap, ...]]

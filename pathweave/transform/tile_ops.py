@@ -276,7 +276,7 @@ LAYERS: dict[str, LayerRule] = {
     **dict.fromkeys(ELEMENTWISE, _elementwise),
     **dict.fromkeys(CONVERSIONS, _conversion),
     **dict.fromkeys(CREATION, _creation),
-    **dict.fromkeys(("batch_norm", "_native_batch_norm_legit_no_training"), _batch_norm),
+    **dict.fromkeys(("batch_norm", "_native_batch_norm_legit_no_training", "batch_norm_act"), _batch_norm),
     **dict.fromkeys(("layer_norm", "native_layer_norm"), _layer_norm),
     **dict.fromkeys(("softmax", "_softmax", "log_softmax", "_log_softmax"), _softmax),
     **dict.fromkeys(("sum", "mean", "amax", "amin"), _reduction),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -52,3 +53,41 @@ def test_grid_keeps_matrix_product_tiles_large() -> None:
     small = make_grid((1, 512, 7, 7), 16, (1, 64, 19, 1))
     assert small.splits == (1, 8, 1, 1)  # no row split under 19 rows; channels in pieces of >= 64
     assert make_grid((1, 512, 7, 7), 16).splits == (1, 2, 7, 1)  # without a minimum: rows first
+
+
+class _Norms(torch.nn.Module):
+    """Batch norms no convolution can take: one then ReLU (fused), one whose output a second reader also
+    takes (not fused: the reader needs it before the ReLU), one then a scale (not an activation)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(4, 4, 3, padding=1)
+        self.a, self.b, self.c = (torch.nn.BatchNorm2d(8) for _ in range(3))
+        for norm in (self.a, self.b, self.c):
+            norm.running_mean.uniform_(-0.5, 0.5)
+            norm.running_var.uniform_(0.5, 1.5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.cat([self.conv(x), x], dim=1)
+        u = torch.relu(self.a(y))
+        v = self.b(u)
+        w = torch.relu(v) + v
+        return self.c(w) * 0.5
+
+
+@pytest.mark.parametrize("decomposed", [False, True])
+def test_batch_norm_then_activation(decomposed: bool) -> None:
+    """Both ATen forms: batch_norm, and (decomposed) the tuple of _native_batch_norm_legit_no_training."""
+    model = _Norms().eval()
+    x = torch.randn(2, 4, 5, 7)
+    source = torch.export.export(model, (x,)).run_decompositions({}) if decomposed else model
+    gm = copy.deepcopy(pathweave.capture(source, x).gm)
+    run_pipeline(gm, (prune, fold_bn))
+    found = tile_fuse.propose(gm)
+    assert [m.act_name for m in found] == ["relu"]  # a's (b's output has two readers; c's is scaled)
+    assert (found[0].residual is not None) == decomposed  # the getitem 0 of the tuple form
+    run_pipeline(gm, (tile_fuse,))
+    targets = [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
+    assert targets.count("pathweave.batch_norm_act.default") == 1 and targets.count("aten.relu.default") == 1
+    with torch.no_grad():
+        torch.testing.assert_close(gm(x)[0], model(x), rtol=1e-5, atol=1e-6)
