@@ -273,6 +273,11 @@ def _describe(node: torch.fx.Node, row: np.ndarray, view: Any, keep: list, graph
     if name in ("linear", "linear_act"):
         _linear(node, args, row, view)
         return 0
+    if name == "cat_batch_norm_act":  # each input's copy applies the batch norm and the activation
+        _cat(node, args, row, view, keep)
+        row[S_Y], row[S_BIAS] = _affine_params(node, args, view, keep)
+        row[S_ACT] = ACTS[args["act"]]
+        return 0
     if name in ("cat", "stack"):
         _cat(node, args, row, view, keep, stack=name == "stack")
         return 0
@@ -520,6 +525,16 @@ def _batch_norm(node: torch.fx.Node, args: dict, row: np.ndarray, view: Any, kee
     two made here from the running statistics, the weight, the bias and eps."""
     if args.get("training"):
         raise NoKernel("training mode")
+    scale, shift = _affine_params(node, args, view, keep)
+    x = view(args["input"])
+    row[S_OP], row[S_X], row[S_Y], row[S_BIAS] = K_AFFINE, x.address, scale, shift
+    row[S_ACT] = ACTS[args.get("act") or "none"]  # tile_fuse's batch_norm_act
+    row[S_XSTRIDE : S_XSTRIDE + 4] = _broadcast_strides(x, out_shape(node))
+    row[S_YSTRIDE : S_YSTRIDE + 4] = [0, 1, 0, 0]  # the channel dim
+
+
+def _affine_params(node: torch.fx.Node, args: dict, view: Any, keep: list) -> tuple[int, int]:
+    """The addresses of an inference batch norm's scale and shift per channel (float32, kept)."""
     out = out_shape(node)
     if not 2 <= len(out) <= 4:
         raise NoKernel(f"a {len(out)}-D input")
@@ -535,11 +550,7 @@ def _batch_norm(node: torch.fx.Node, args: dict, row: np.ndarray, view: Any, kee
     shift = (stats["bias"] if stats["bias"] is not None else 0.0) - stats["running_mean"] * scale
     scale, shift = (np.ascontiguousarray(np.broadcast_to(v, (channels,)), np.float32) for v in (scale, shift))
     keep.extend((scale, shift))
-    x = view(args["input"])
-    row[S_OP], row[S_X], row[S_Y], row[S_BIAS] = K_AFFINE, x.address, scale.ctypes.data, shift.ctypes.data
-    row[S_ACT] = ACTS[args.get("act") or "none"]  # tile_fuse's batch_norm_act
-    row[S_XSTRIDE : S_XSTRIDE + 4] = _broadcast_strides(x, out)
-    row[S_YSTRIDE : S_YSTRIDE + 4] = [0, 1, 0, 0]  # the channel dim
+    return scale.ctypes.data, shift.ctypes.data
 
 
 def _pad(node: torch.fx.Node, args: dict, row: np.ndarray, view: Any) -> None:

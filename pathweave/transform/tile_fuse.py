@@ -6,7 +6,9 @@ first by ``fold_bn``):
 - ``relu|gelu|tanh(linear(x))`` -> ``pathweave::linear_act``; GELU in both forms, GPT-2's tanh form as
   act ``gelu_tanh`` (linear only: the matmul kernel of ``tile_kernels_seq.c`` computes it);
 - ``relu|gelu|tanh(batch_norm(x))`` in inference form (one not folded into a convolution: DenseNet's
-  after each concatenation) -> ``pathweave::batch_norm_act``, one pass over the tensor instead of two.
+  after each concatenation) -> ``pathweave::batch_norm_act``, one pass over the tensor instead of two;
+  with ``x = cat(...)`` read by the batch norm alone -> ``pathweave::cat_batch_norm_act`` (the copy of
+  each input applies the batch norm and the activation on its way).
 
 The fused ops are torch custom ops with the same results as the ops they replace, so the rewritten
 graph still runs in PyTorch (the tiles strategy checks it against the original); the tile graph maps
@@ -74,6 +76,19 @@ def _batch_norm_act(
     return _activate(F.batch_norm(input, running_mean, running_var, weight, bias, False, 0.0, eps), act)
 
 
+def _cat_batch_norm_act(
+    tensors: list[torch.Tensor],
+    dim: int,
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    running_mean: torch.Tensor,
+    running_var: torch.Tensor,
+    eps: float,
+    act: str,
+) -> torch.Tensor:
+    return _batch_norm_act(torch.cat(tensors, dim), weight, bias, running_mean, running_var, eps, act)
+
+
 # registered when this module is first imported (by the tiles strategy); on fake tensors the same
 # arithmetic gives the shapes
 conv2d_act = torch.library.custom_op("pathweave::conv2d_act", _conv2d_act, mutates_args=())
@@ -82,6 +97,10 @@ linear_act = torch.library.custom_op("pathweave::linear_act", _linear_act, mutat
 linear_act.register_fake(_linear_act)
 batch_norm_act = torch.library.custom_op("pathweave::batch_norm_act", _batch_norm_act, mutates_args=())
 batch_norm_act.register_fake(_batch_norm_act)
+cat_batch_norm_act = torch.library.custom_op(
+    "pathweave::cat_batch_norm_act", _cat_batch_norm_act, mutates_args=()
+)
+cat_batch_norm_act.register_fake(_cat_batch_norm_act)
 
 _BN = aten._native_batch_norm_legit_no_training.default  # a tuple, read by getitem 0
 _BN_PLAIN = aten.batch_norm.default  # one tensor, training flag in args[5]
@@ -93,6 +112,7 @@ class Fuse:
     residual: str | None  # the add node whose other input joins the epilogue (for a batch norm: its getitem)
     act: str | None  # the activation node
     act_name: str
+    cat: str | None = None  # a batch norm's input, a concatenation that only the batch norm reads
 
 
 def _act(node: torch.fx.Node | None, gelu_tanh: bool = False) -> str | None:
@@ -132,10 +152,28 @@ def propose(gm: torch.fx.GraphModule) -> list[Fuse]:
             found.append(Fuse(node.name, None, user.name, _act(user, gelu_tanh=True)))
         elif _inference_bn(node):
             item = user if node.target == _BN else None  # the tuple's getitem 0
-            after = sole_user(item) if item is not None else user
-            if (item is None or (item.target is operator.getitem and item.args[1] == 0)) and _act(after):
-                found.append(Fuse(node.name, item and item.name, after.name, _act(after)))
+            if node.target == _BN and not (
+                item is not None and item.target is operator.getitem and item.args[1] == 0
+            ):
+                continue
+            act = _act(sole_user(item) if item is not None else user)
+            cat = node.args[0] if _sole_cat(node.args[0]) else None
+            if act or cat:
+                after = sole_user(item) if item is not None else user
+                found.append(
+                    Fuse(node.name, item and item.name, act and after.name, act or "none", cat and cat.name)
+                )
     return found
+
+
+def _sole_cat(node: Any) -> bool:
+    """A concatenation of at least 2-D tensors that one node reads."""
+    return (
+        isinstance(node, torch.fx.Node)
+        and node.target == aten.cat.default
+        and len(node.users) == 1
+        and len(node.meta["val"].shape) >= 2
+    )
 
 
 def _inference_bn(node: torch.fx.Node) -> bool:
@@ -158,12 +196,18 @@ def apply(gm: torch.fx.GraphModule, matches: list[Fuse]) -> None:
         add = nodes[m.residual] if m.residual else None
         act = nodes[m.act] if m.act else None
         last = act or add
-        if _inference_bn(layer):  # (bn, its getitem or None, act)
-            with gm.graph.inserting_before(act):
-                fused = gm.graph.call_function(
-                    torch.ops.pathweave.batch_norm_act.default, (*_bn_args(layer), m.act_name)
-                )
-            replace_chain(gm, fused, (act, add, layer))
+        if _inference_bn(layer):  # (act or None, the bn's getitem or None, the bn, the cat before or None)
+            cat = nodes[m.cat] if m.cat else None
+            bn_args = _bn_args(layer)
+            with gm.graph.inserting_before(last or layer):
+                if cat is None:
+                    op, args = torch.ops.pathweave.batch_norm_act.default, (*bn_args, m.act_name)
+                else:
+                    dim = cat.args[1] if len(cat.args) > 1 else cat.kwargs.get("dim", 0)
+                    op = torch.ops.pathweave.cat_batch_norm_act.default
+                    args = (cat.args[0], dim, *bn_args[1:], m.act_name)
+                fused = gm.graph.call_function(op, args)
+            replace_chain(gm, fused, (act, add, layer, cat))
             continue
         with gm.graph.inserting_before(last):
             if layer.target == aten.conv2d.default:

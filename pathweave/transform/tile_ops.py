@@ -289,6 +289,10 @@ LAYERS: dict[str, LayerRule] = {
     **dict.fromkeys(("matmul", "mm", "bmm", "addmm", "baddbmm", "matmul_add"), _matmul),
     "embedding": _embedding,
     "cat": _cat,
+    "cat_batch_norm_act": lambda node, args: [
+        *_cat(node, args),
+        *_channel_params(args, ("weight", "bias", "running_mean", "running_var")),
+    ],
     "stack": _stack,
     **dict.fromkeys(("pad", "constant_pad_nd"), _pad),
 }

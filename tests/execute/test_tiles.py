@@ -201,8 +201,8 @@ def _matches_eager(
 
 
 class _LooseNorms(torch.nn.Module):
-    """Batch norms that cannot fold into a convolution: after a concat (DenseNet), without affine, and
-    on a 2-D input."""
+    """Batch norms that cannot fold into a convolution: after a concat (DenseNet; the copy applies it and
+    the ReLU), without affine (then ReLU), and on a 2-D input."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -215,8 +215,8 @@ class _LooseNorms(torch.nn.Module):
             norm.running_var.uniform_(0.5, 1.5)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = torch.relu(self.bn(torch.cat([self.conv(x), x], dim=1)))
-        y = self.plain(y) * 2.0
+        y = torch.relu(self.bn(torch.cat([self.conv(x), x], dim=1)))  # one op: cat, batch norm, ReLU
+        y = torch.relu(self.plain(y)) * 2.0  # batch norm and ReLU in one op
         return self.bn1d(F.adaptive_avg_pool2d(y, 1).flatten(1))
 
 

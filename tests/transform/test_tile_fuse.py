@@ -56,14 +56,15 @@ def test_grid_keeps_matrix_product_tiles_large() -> None:
 
 
 class _Norms(torch.nn.Module):
-    """Batch norms no convolution can take: one then ReLU (fused), one whose output a second reader also
-    takes (not fused: the reader needs it before the ReLU), one then a scale (not an activation)."""
+    """Batch norms no convolution can take: one after a concatenation only it reads, then ReLU (both fused
+    into one op); one whose output a second reader also takes (not fused: the reader needs it before the
+    ReLU); one then ReLU (fused); one then a scale (not an activation, its input not a concatenation)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.conv = torch.nn.Conv2d(4, 4, 3, padding=1)
-        self.a, self.b, self.c = (torch.nn.BatchNorm2d(8) for _ in range(3))
-        for norm in (self.a, self.b, self.c):
+        self.a, self.b, self.c, self.d = (torch.nn.BatchNorm2d(8) for _ in range(4))
+        for norm in (self.a, self.b, self.c, self.d):
             norm.running_mean.uniform_(-0.5, 0.5)
             norm.running_var.uniform_(0.5, 1.5)
 
@@ -72,7 +73,7 @@ class _Norms(torch.nn.Module):
         u = torch.relu(self.a(y))
         v = self.b(u)
         w = torch.relu(v) + v
-        return self.c(w) * 0.5
+        return torch.relu(self.c(w)) + self.d(w) * 0.5
 
 
 @pytest.mark.parametrize("decomposed", [False, True])
@@ -84,10 +85,11 @@ def test_batch_norm_then_activation(decomposed: bool) -> None:
     gm = copy.deepcopy(pathweave.capture(source, x).gm)
     run_pipeline(gm, (prune, fold_bn))
     found = tile_fuse.propose(gm)
-    assert [m.act_name for m in found] == ["relu"]  # a's (b's output has two readers; c's is scaled)
-    assert (found[0].residual is not None) == decomposed  # the getitem 0 of the tuple form
+    assert [(m.act_name, m.cat is not None) for m in found] == [("relu", True), ("relu", False)]  # a, c
+    assert all((m.residual is not None) == decomposed for m in found)  # the getitem 0 of the tuple form
     run_pipeline(gm, (tile_fuse,))
     targets = [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
+    assert targets.count("pathweave.cat_batch_norm_act.default") == 1 and "aten.cat.default" not in targets
     assert targets.count("pathweave.batch_norm_act.default") == 1 and targets.count("aten.relu.default") == 1
     with torch.no_grad():
         torch.testing.assert_close(gm(x)[0], model(x), rtol=1e-5, atol=1e-6)

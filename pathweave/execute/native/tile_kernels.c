@@ -679,6 +679,9 @@ PW_HOT static int sum_tile(const int64_t *L, const int32_t *lo, const int32_t *h
 PW_HOT static int cat_tile(const int64_t *L, const int32_t *lo, const int32_t *hi) {
     const int64_t *aux = (const int64_t *)(intptr_t)L[S_AUX];
     float *out = ptr_w(L[S_OUT]);
+    /* tile_fuse's cat_batch_norm_act: act(x * scale[channel] + shift[channel]) on the way, channel = dim 1 */
+    const float *bn_scale = ptr_f(L[S_Y]), *bn_shift = ptr_f(L[S_BIAS]);
+    const int act = (int)L[S_ACT];
     const int64_t *os = L + S_OSHAPE;
     const int64_t dim = L[S_GROUPS];
     for (int64_t k = 0; k < L[S_NAUX]; k++) {
@@ -691,15 +694,27 @@ PW_HOT static int cat_tile(const int64_t *L, const int32_t *lo, const int32_t *h
         if (l[dim] >= h[dim]) continue;
         int64_t shift[4] = {0, 0, 0, 0};
         shift[dim] = off;
+        /* whole rows of a source whose rows follow each other: the tile's rows of one (a, b) are one run
+         * (DenseNet's concatenations of 7x7 to 56x56 maps: one call per row cost more than the copy) */
+        const int runs = dim < 2 && st[3] == 1 && st[2] == os[3] && l[3] == 0 && h[3] == os[3];
+        const int64_t c_end = runs ? l[2] + 1 : h[2], e_end = runs ? (h[2] - l[2]) * os[3] : h[3];
         for (int64_t a = l[0]; a < h[0]; a++)
             for (int64_t b = l[1]; b < h[1]; b++)
-                for (int64_t c = l[2]; c < h[2]; c++) {
+                for (int64_t c = l[2]; c < c_end; c++) {
                     float *d = out + ((a * os[1] + b) * os[2] + c) * os[3];
                     const float *s = src + (a - shift[0]) * st[0] + (b - shift[1]) * st[1] + (c - shift[2]) * st[2];
-                    if (st[3] == 1 && dim != 3) {
-                        memcpy(d + l[3], s + l[3], sizeof(float) * (h[3] - l[3]));
+                    const int unit = st[3] == 1 && dim != 3;
+                    if (bn_scale) {
+                        const float m = bn_scale[b], k = bn_shift[b];
+                        if (unit)
+                            for (int64_t e = l[3]; e < e_end; e++) d[e] = s[e] * m + k;
+                        else
+                            for (int64_t e = l[3]; e < e_end; e++) d[e] = s[(e - shift[3]) * st[3]] * m + k;
+                        activate(d + l[3], e_end - l[3], act);
+                    } else if (unit) {
+                        memcpy(d + l[3], s + l[3], sizeof(float) * (e_end - l[3]));
                     } else {
-                        for (int64_t e = l[3]; e < h[3]; e++) d[e] = s[(e - shift[3]) * st[3]];
+                        for (int64_t e = l[3]; e < e_end; e++) d[e] = s[(e - shift[3]) * st[3]];
                     }
                 }
     }
