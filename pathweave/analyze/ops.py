@@ -29,8 +29,8 @@ POOL = {
     "avg_pool1d",
 }
 REDUCTION = {
-    "batch_norm", "_native_batch_norm_legit_no_training", "batch_norm_act", "layer_norm", "native_layer_norm",
-    "group_norm",
+    "batch_norm", "_native_batch_norm_legit_no_training", "batch_norm_act", "cat_batch_norm_act",
+    "layer_norm", "native_layer_norm", "group_norm",
     "softmax", "_softmax", "log_softmax", "_log_softmax", "mean", "sum", "amax", "var_mean", "norm",
 }  # fmt: skip
 VIEW = {

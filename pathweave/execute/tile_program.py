@@ -441,7 +441,8 @@ def kernel_names(layers: np.ndarray) -> list[str]:
             kind = CONV_KERNELS[int(row[S_WPACK_T])]
             names.append("1x1" if kind == "direct" and row[S_POINTWISE] else kind)
         else:  # OpenBLAS, or the direct depthwise loop for one input channel per group
-            names.append("depthwise" if row[S_XSHAPE + 1] == row[S_GROUPS] else "sgemm")
+            depthwise = row[S_XSHAPE + 1] == row[S_GROUPS] and not row[S_POINTWISE]  # tile_kernels.c's test
+            names.append("depthwise" if depthwise else "sgemm")
     return names
 
 

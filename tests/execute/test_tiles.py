@@ -152,11 +152,13 @@ POOLS = [
     ("avg", dict(kernel_size=3, stride=2, padding=1, ceil_mode=True)),
     ("avg", dict(kernel_size=(3, 2), stride=(2, 1), padding=(1, 0), divisor_override=5)),
     ("avg", dict(kernel_size=5, stride=3, padding=2, ceil_mode=True, count_include_pad=False)),
+    ("max", dict(kernel_size=(5, 3), stride=1, padding=(2, 1))),  # the plane loop's 3-wide edge columns
+    ("avg", dict(kernel_size=3, stride=1, padding=1, divisor_override=4)),
 ]
 
 
 @pytest.mark.parametrize(("kind", "kw"), POOLS)
-@pytest.mark.parametrize("width", [17, 4200])  # 4200: wider than the separable path's row buffer
+@pytest.mark.parametrize("width", [5, 17, 4200])  # 4200: wider than the separable path's row buffer
 def test_pooling_matches_eager(kind: str, kw: dict, width: int, outputs_close) -> None:
     model = _Pool(kind, **kw).eval()
     height = 11 if width < 100 else 3
@@ -218,6 +220,42 @@ class _LooseNorms(torch.nn.Module):
         y = torch.relu(self.bn(torch.cat([self.conv(x), x], dim=1)))  # one op: cat, batch norm, ReLU
         y = torch.relu(self.plain(y)) * 2.0  # batch norm and ReLU in one op
         return self.bn1d(F.adaptive_avg_pool2d(y, 1).flatten(1))
+
+
+class _CatNorm(torch.nn.Module):
+    """A concatenation along ``dim`` read only by a batch norm, then ``act``: one op (the copy applies
+    both); 2-D inputs take BatchNorm1d."""
+
+    def __init__(self, dim: int, act: str, rank: int) -> None:
+        super().__init__()
+        self.dim, self.act = dim, act
+        self.conv = torch.nn.Conv2d(4, 4, 3, padding=1) if rank == 4 else torch.nn.Linear(4, 4)
+        channels = 8 if dim == 1 else 4
+        self.bn = torch.nn.BatchNorm2d(channels) if rank == 4 else torch.nn.BatchNorm1d(channels)
+        self.bn.running_mean.uniform_(-0.5, 0.5)
+        self.bn.running_var.uniform_(0.5, 1.5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.bn(torch.cat([self.conv(x), x], dim=self.dim))
+        return {"relu": torch.relu, "gelu": F.gelu, "none": lambda t: t}[self.act](y)
+
+
+@pytest.mark.parametrize(("dim", "act", "shape"), [
+    (1, "relu", (2, 4, 7, 9)), (0, "gelu", (2, 4, 7, 9)), (2, "none", (1, 4, 5, 6)),
+    (3, "relu", (2, 4, 5, 6)), (1, "relu", (3, 4)), (0, "none", (3, 4)),
+])  # fmt: skip
+def test_concatenation_with_batch_norm(dim: int, act: str, shape: tuple, outputs_close) -> None:
+    torch.manual_seed(dim)
+    model = _CatNorm(dim, act, len(shape)).eval()
+    strat = TilesStrategy(pathweave.capture(model, torch.randn(shape)), threads=2, tiles_per_layer=3)
+    try:
+        assert "cat_batch_norm_act" in [str(n) for n in strat.graph.layer_ops]
+        for seed in range(2):
+            x = torch.randn(shape, generator=torch.Generator().manual_seed(seed))
+            with torch.no_grad():
+                outputs_close(strat(x), model(x), rtol=1e-5, atol_scale=1e-6)
+    finally:
+        strat.close()
 
 
 def test_batch_norms_not_after_a_convolution(outputs_close) -> None:

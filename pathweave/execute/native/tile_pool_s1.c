@@ -70,8 +70,12 @@ __attribute__((target("avx512f"))) static void pool3(const float *xc, int64_t RS
 int pw_pool3_s1(const float *xc, int64_t RS, int64_t H, int64_t W, float *oc, int64_t oh_lo, int64_t oh_hi,
                 int is_max, float div) {
 #ifdef PW_POOL3_WIDE
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && W + 17 < (int64_t)1 << 31) {
+    static int wide = -1; /* threads racing here compute the same answer */
+    if (__atomic_load_n(&wide, __ATOMIC_RELAXED) < 0) {
+        __builtin_cpu_init();
+        __atomic_store_n(&wide, __builtin_cpu_supports("avx512f") ? 1 : 0, __ATOMIC_RELAXED);
+    }
+    if (__atomic_load_n(&wide, __ATOMIC_RELAXED) && W + 17 < (int64_t)1 << 31) {
         pool3(xc, RS, H, W, oc, oh_lo, oh_hi, is_max, div);
         return 0;
     }
