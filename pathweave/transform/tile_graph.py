@@ -49,12 +49,13 @@ GEMM_MIN_COLUMNS, GEMM_MIN_ROWS = 128, 64
 #: convolution channel tiles start on multiples of this (the micro-kernels' panel rows, tile_gemm.h)
 CHANNEL_ALIGN = 8
 #: convolutions over at most this many positions whose last 48-wide column pass would be one vector of 16
-#: (7x7 and 14x14 maps) run the transposed micro-kernel (native/tile_gemm_t.c), as do stride-1 windows
+#: (7x7, 14x14 and 17x17 maps: Inception-v3's 1x7 and 1x1 layers at 17x17, 289 positions, A/B 0.956-0.970x
+#: against 256) run the transposed micro-kernel (native/tile_gemm_t.c), as do stride-1 windows
 #: over maps at least PADDED_MIN_WIDTH wide or without column padding (no sum is discarded: Inception's
 #: 7x1 windows) and stride-2 ones over maps at least PADDED_MIN_WIDTH_STRIDED wide (on a zero-padded
 #: copy of the input, no im2col), all for at least NARROW_MIN_K values of k; their channel tiles start
 #: on multiples of NARROW_ALIGN (two of its panels)
-NARROW_MAX_POSITIONS, NARROW_MIN_K, NARROW_ALIGN = 256, 256, 32
+NARROW_MAX_POSITIONS, NARROW_MIN_K, NARROW_ALIGN = 300, 256, 32
 PADDED_MIN_WIDTH, PADDED_MIN_WIDTH_STRIDED = 28, 7
 #: stride-1 windows over maps at least this many times their column padding wide run "padded" even where
 #: "narrow" would apply: the padded rows discard at most 1/8 of the sums, and the im2col they spare grew

@@ -368,7 +368,7 @@ class _PaddedMaps(torch.nn.Module):
 
 class _SevenByOne(torch.nn.Module):
     """Inception-v3's factorised 7x7: the 7x1 window (no column padding) on the padded path at width 17,
-    the 1x7 one (padding 3 of 17 columns) on im2col."""
+    the 1x7 one (padding 3 of 17 columns) "narrow", on an im2col (289 positions)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -382,7 +382,7 @@ class _SevenByOne(torch.nn.Module):
 @pytest.mark.parametrize(("model", "shape", "layouts", "row_tiles", "tiles"), [
     (_NarrowMaps, (1, 32, 14, 14), {"narrow": 2, "padded": 2}, 1, None),  # d, e; a, b; c: k = 48
     (_PaddedMaps, (1, 32, 30, 33), {"padded": 7}, 3, None),
-    (_SevenByOne, (1, 48, 17, 17), {"padded": 1, "narrow": 0}, 1, None),
+    (_SevenByOne, (1, 48, 17, 17), {"padded": 1, "narrow": 1}, 1, None),
     # tiles asked for: channel tiles start inside the 16-row panels; two images
     (_NarrowMaps, (2, 32, 14, 14), {"narrow": 2, "padded": 2}, 1, 300),
     (_PaddedMaps, (2, 32, 30, 33), {"padded": 7}, 3, 300),
