@@ -210,6 +210,8 @@ def _time_rounds(built: list[Any], times: dict[int, list[float]], call: Any, gap
                 call(i)
                 if r >= 0:
                     times[i].append(time.perf_counter() - t0)
+                if hasattr(built[i], "quiesce"):  # tile workers spinning would slow the next one timed
+                    built[i].quiesce()
             except PathweaveError as exc:
                 if i == 0:
                     raise

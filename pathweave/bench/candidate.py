@@ -23,6 +23,8 @@ class Candidate:
     call, outside the timed region; ``sync`` is called after each timed call where the work is
     asynchronous (CUDA). ``cuda_events``: time the call with CUDA events on the current stream (the GPU's
     own clock, from the first launch to the last kernel) instead of the host clock around a synchronize.
+    ``quiesce``, where given, is called after each timed call, outside the timed region: pathweave's tile
+    workers spin for the next inference, which would slow the candidate timed next.
     """
 
     name: str
@@ -33,6 +35,7 @@ class Candidate:
     note: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
     cuda_events: bool = False
+    quiesce: Callable[[], None] | None = None  # after each timed call: stop spinning threads
 
 
 def flatten_outputs(out: Any) -> list[torch.Tensor]:

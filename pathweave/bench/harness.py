@@ -194,7 +194,8 @@ def _ramiel_variant(
 def _strategy_candidate(name: str, strat: Any, threads: int) -> Candidate:
     """A built CPU strategy run on the example inputs it was captured with; its summary is the note."""
     flat = list(strat.captured.example_inputs)
-    return Candidate(name, "pathweave", lambda: strat.run_flat(flat), threads, note=strat.summary())
+    return Candidate(name, "pathweave", lambda: strat.run_flat(flat), threads, note=strat.summary(),
+                     quiesce=getattr(strat, "quiesce", None))  # fmt: skip
 
 
 def run_bench(
@@ -323,6 +324,8 @@ def _time_interleaved(
             cand.run()
         if cand.sync:
             cand.sync()
+        if cand.quiesce:
+            cand.quiesce()
     bar = Progress("timing", rounds, enabled=progress)
     rng = random.Random(0)
     for r in range(rounds):
@@ -334,6 +337,8 @@ def _time_interleaved(
             if cand.sync:
                 cand.sync()
             results[cand.name].times_ms.append(_timed_ms(cand))
+            if cand.quiesce:
+                cand.quiesce()
         bar.step(f"round {r + 1}")
     for cand in built:
         results[cand.name].median_ms = statistics.median(results[cand.name].times_ms)

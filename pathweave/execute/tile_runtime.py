@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import ExecutionError, MissingDependencyError, UnsupportedError
+from ..errors import ExecutionError, InputError, MissingDependencyError, UnsupportedError
 from ..transform.tile_graph import TileGraph
 
 #: op codes the native runtime dispatches on (see tile_runtime.c)
@@ -55,6 +55,10 @@ def _library() -> ctypes.CDLL:
         lib.pw_set_test_data.argtypes = [ctypes.c_void_p, _F32P, _F32P, _I32P]
         lib.pw_destroy.argtypes = [ctypes.c_void_p]
         lib.pw_set_trace.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+        lib.pw_set_linger.argtypes = [ctypes.c_void_p, ctypes.c_int64]
+        lib.pw_linger.restype = ctypes.c_int64
+        lib.pw_linger.argtypes = [ctypes.c_void_p]
+        lib.pw_park.argtypes = [ctypes.c_void_p]
         i64p = np.ctypeslib.ndpointer(np.int64, flags="C_CONTIGUOUS")
         lib.pw_set_program.argtypes = [ctypes.c_void_p, i64p, _I32P, _I32P, _I32P, ctypes.c_int64,
                                        ctypes.c_void_p]  # fmt: skip
@@ -213,6 +217,24 @@ class TileRuntime:
     @property
     def workers(self) -> int:
         return int(self._lib.pw_workers(self._rt))
+
+    @property
+    def linger_ms(self) -> float:
+        """How long idle workers spin for the next inference before they park (default 200 ms, as Intel
+        OpenMP's KMP_BLOCKTIME): a thread parked for tens of ms woke too late on our VMs to take part in
+        the next run. Spinning takes a core from other work; 0 parks at once."""
+        return self._lib.pw_linger(self._rt) / 1e6
+
+    def park(self) -> None:
+        """Workers spinning for the next inference park now; the next ``run`` wakes them (a benchmark
+        calls it before other runtimes are timed, so that our spinning does not slow them)."""
+        self._lib.pw_park(self._rt)
+
+    @linger_ms.setter
+    def linger_ms(self, ms: float) -> None:
+        if not ms >= 0:
+            raise InputError(f"linger_ms must be a number >= 0, not {ms!r}")
+        self._lib.pw_set_linger(self._rt, int(ms * 1e6))
 
     def set_workers(self, n: int) -> None:
         """Add or remove engines between inferences."""

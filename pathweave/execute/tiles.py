@@ -41,6 +41,7 @@ class TilesStrategy:
         check: bool = True,
         tile_scale: dict[str, float] | None = None,
         buffer_distance: int | None = DISTANCE,
+        linger_ms: float | None = None,
     ) -> None:
         self.captured = captured
         self.threads = threads or torch.get_num_threads()
@@ -61,6 +62,8 @@ class TilesStrategy:
         self.program = self.new_program()
         ops = np.full(self.graph.num_tiles, OP_LAYER, dtype=np.int32)
         self.runtime = TileRuntime.from_graph(self.graph, ops, self.threads)
+        if linger_ms is not None:  # how long idle workers spin before they park (TileRuntime.linger_ms)
+            self.runtime.linger_ms = linger_ms
         g = self.graph
         self.runtime.set_program(self.program.layers, g.tile_layer, g.tile_lo, g.tile_hi,
                                  self.program.scratch_floats)  # fmt: skip
@@ -95,6 +98,10 @@ class TilesStrategy:
             np.copyto(buf, x.detach().cpu().numpy(), casting="no")
         self.runtime.run()
         return tuple(torch.from_numpy(v.array().copy()) for v in self.program.outputs)
+
+    def quiesce(self) -> None:
+        """Let the workers park now instead of spinning for the next inference (``TileRuntime.park``)."""
+        self.runtime.park()
 
     def set_workers(self, n: int) -> None:
         """Engines for the next inferences (added or removed between them)."""

@@ -45,3 +45,20 @@ def test_ramiel_variants_run_and_match_eager(keep_threads, tmp_path, monkeypatch
     assert "Ramiel clusters" in results["pathweave:lc"].note
     intra = results["pathweave:lc+intra"]  # 2 threads: one lane of 2 threads is no lanes at all
     assert intra.status == "skipped" and "at least 4 threads" in intra.note
+
+
+def test_tiles_candidate_parks_its_workers_after_each_timed_call(tiny_cnn, monkeypatch) -> None:
+    """Tile workers spin for the next inference (200 ms by default); the harness has them park after each
+    timed call, so that they do not slow the candidate timed next."""
+    import pathweave
+    from pathweave.bench import harness
+    from pathweave.execute.tiles import TilesStrategy
+
+    strat = TilesStrategy(pathweave.capture(tiny_cnn().eval(), torch.randn(1, 3, 8, 8)), threads=2)
+    parked = []
+    monkeypatch.setattr(strat.runtime, "park", lambda: parked.append(True))
+    cand = harness._strategy_candidate("pathweave:tiles", strat, 2)
+    results = {cand.name: harness.Result(cand.name, cand.kind, "ok")}
+    harness._time_interleaved([cand], results, rounds=3, progress=False)
+    assert len(parked) == 1 + 3  # after the warm-up and after each round's timed call
+    strat.close()

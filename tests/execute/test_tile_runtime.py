@@ -12,7 +12,7 @@ import threading
 import numpy as np
 import pytest
 
-from pathweave.errors import ExecutionError
+from pathweave.errors import ExecutionError, InputError
 from pathweave.execute.tile_runtime import OP_TEST, TileRuntime, csr, depth_columns
 
 
@@ -191,3 +191,25 @@ def test_a_new_graph_without_its_program_fails_loudly() -> None:
     with pytest.raises(ExecutionError, match="failed in the native runtime"):
         strat.runtime.run()
     strat.close()
+
+
+def test_linger_is_set_and_checked() -> None:
+    """Workers that park at once (linger 0) and ones that spin still run every tile after its parents."""
+    parents = _random_graph(2000, seed=3)
+    rt, out, want = _runtime(parents, workers=2, spin=200)
+    try:
+        assert rt.linger_ms == 200.0  # the default
+        with pytest.raises(InputError):
+            rt.linger_ms = -1
+        with pytest.raises(InputError):
+            rt.linger_ms = float("nan")
+        for ms in (0.0, 0.5, 200.0):
+            rt.linger_ms = ms
+            assert rt.linger_ms == ms
+            for _ in range(3):
+                out[:] = np.nan
+                rt.run()
+                np.testing.assert_array_equal(out, want)
+                rt.park()  # lingering workers park now; the next run wakes them
+    finally:
+        rt.close()

@@ -33,10 +33,12 @@
 
 #define PW_MAX_COLS 64
 #define PW_SPIN_ROUNDS 4000
-/* after an inference a worker keeps watching for the next one this long before it parks: on this VM a
- * parked thread was woken onto the caller's busy core and took no part in the next run at all (a
- * SqueezeNet after 50 ms idle: 12 ms on 2 workers, the 1-worker time, against 6.5 back to back) */
-#define PW_LINGER_NS 3000000
+/* after an inference a worker keeps watching for the next one this long (by default; pw_set_linger)
+ * before it parks. On this VM a thread parked for a few tens of ms woke too late to take part in the
+ * next run, and in the one after (SqueezeNet, 2 workers, each call after 50 ms idle: 7.9 ms with 3 ms
+ * of linger, 4.3 with 100, 4.0-4.3 back to back; ONNX Runtime's spinning threads 3.9 either way).
+ * Intel's OpenMP keeps its threads spinning 200 ms (KMP_BLOCKTIME) for the same reason. */
+#define PW_LINGER_NS 200000000
 #define PW_MAX_WORKERS 256
 #define PW_OP_TEST 0
 #define PW_OP_LAYER 1
@@ -81,6 +83,8 @@ struct pw_runtime {
     atomic_long steals;
     int generation;
     int avoided_cpu; /* the caller's CPU the other workers were last kept off, -1 before */
+    _Atomic int64_t linger_ns; /* how long idle workers spin before they park */
+    atomic_int hush;           /* pw_park: lingering workers park now (cleared by the next pw_run) */
     pthread_mutex_t park_lock;
     pthread_cond_t park_cond;
 };
@@ -224,9 +228,10 @@ static void engine(pw_runtime *rt, int w) {
 
 /* spin until the next inference starts, the runtime stops, or PW_LINGER_NS pass */
 static void linger(pw_runtime *rt, int seen) {
-    const int64_t until = now_ns() + PW_LINGER_NS;
+    const int64_t until = now_ns() + atomic_load(&rt->linger_ns);
     for (int i = 0;; i++) {
         if (__atomic_load_n(&rt->generation, __ATOMIC_ACQUIRE) != seen || atomic_load(&rt->stop)) return;
+        if (atomic_load(&rt->hush)) return;
         if ((i & 255) == 255 && now_ns() > until) return;
 #if defined(__x86_64__) || defined(__i386__)
         __builtin_ia32_pause();
@@ -344,11 +349,16 @@ pw_runtime *pw_create(int32_t n_tiles, const int32_t *p_ptr, const int32_t *p_id
         return NULL;
     }
     rt->n_workers = 1;
+    atomic_store(&rt->linger_ns, PW_LINGER_NS);
     pw_set_workers(rt, n_workers); /* if fewer threads start, pw_workers says how many */
     return rt;
 }
 
 int pw_workers(const pw_runtime *rt) { return rt->n_workers; }
+void pw_set_linger(pw_runtime *rt, int64_t ns) { atomic_store(&rt->linger_ns, ns < 0 ? 0 : ns); }
+/* workers spinning for the next inference park now (a benchmark's other candidates run next) */
+void pw_park(pw_runtime *rt) { atomic_store(&rt->hush, 1); }
+int64_t pw_linger(pw_runtime *rt) { return atomic_load(&rt->linger_ns); }
 long pw_steals(const pw_runtime *rt) { return atomic_load(&rt->steals); }
 const int32_t *pw_ran_on(const pw_runtime *rt) { return rt->ran_on; }
 
@@ -393,6 +403,7 @@ static void keep_off_caller(pw_runtime *rt) {
 }
 
 int pw_run(pw_runtime *rt) {
+    atomic_store(&rt->hush, 0);
     keep_off_caller(rt);
     pthread_mutex_lock(&rt->park_lock);
     while (atomic_load(&rt->active) > 0) {
