@@ -14,13 +14,6 @@
 #define CBLAS_NO_TRANS 111
 #define CBLAS_TRANS 112
 
-/* hot loops are compiled for AVX-512, AVX2+FMA and baseline x86-64; the loader picks one per CPU */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define PW_HOT __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define PW_HOT
-#endif
-
 static inline const float *ptr_f(int64_t v) { return (const float *)(intptr_t)v; }
 static inline float *ptr_w(int64_t v) { return (float *)(intptr_t)v; }
 static inline double as_double(int64_t v) {
@@ -698,12 +691,12 @@ PW_HOT static int cat_tile(const int64_t *L, const int32_t *lo, const int32_t *h
          * (DenseNet's concatenations of 7x7 to 56x56 maps: one call per row cost more than the copy) */
         const int runs = dim < 2 && st[3] == 1 && st[2] == os[3] && l[3] == 0 && h[3] == os[3];
         const int64_t c_end = runs ? l[2] + 1 : h[2], e_end = runs ? (h[2] - l[2]) * os[3] : h[3];
+        const int unit = st[3] == 1 && dim != 3; /* a row's columns adjacent in the source */
         for (int64_t a = l[0]; a < h[0]; a++)
             for (int64_t b = l[1]; b < h[1]; b++)
                 for (int64_t c = l[2]; c < c_end; c++) {
                     float *d = out + ((a * os[1] + b) * os[2] + c) * os[3];
                     const float *s = src + (a - shift[0]) * st[0] + (b - shift[1]) * st[1] + (c - shift[2]) * st[2];
-                    const int unit = st[3] == 1 && dim != 3;
                     if (bn_scale) {
                         const float m = bn_scale[b], k = bn_shift[b];
                         if (unit)

@@ -10,6 +10,13 @@
 
 #include <stdint.h>
 
+/* hot loops are compiled for AVX-512, AVX2+FMA and baseline x86-64; the loader picks one per CPU */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define PW_HOT __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define PW_HOT
+#endif
+
 #define PW_SLOTS 48
 /* floats at the start of a worker's scratch that remember what its im2col buffer holds */
 #define PW_SCRATCH_HEADER 16

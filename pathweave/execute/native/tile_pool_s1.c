@@ -15,19 +15,7 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
-/* NaN wins, as max_nan in tile_kernels.c */
-__attribute__((target("avx512f"), always_inline)) static inline __m512 vmax_nan(__m512 acc, __m512 v) {
-    const __mmask16 take = _mm512_cmp_ps_mask(v, acc, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-    return _mm512_mask_blend_ps(take, acc, v);
-}
-
-/* lanes whose column c + lane lies in [0, end) */
-__attribute__((target("avx512f"), always_inline)) static inline __mmask16 inside(int64_t c, int64_t end) {
-    const __m512i lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    const __m512i col = _mm512_add_epi32(_mm512_set1_epi32((int)c), lanes);
-    return _mm512_cmp_epi32_mask(col, _mm512_setzero_si512(), _MM_CMPINT_NLT) &
-           _mm512_cmp_epi32_mask(col, _mm512_set1_epi32((int)end), _MM_CMPINT_LT);
-}
+#include "tile_simd.h"
 
 __attribute__((target("avx512f"), always_inline)) static inline __m512 combine(__m512 a, __m512 b, int is_max) {
     return is_max ? vmax_nan(a, b) : _mm512_add_ps(a, b);

@@ -13,20 +13,12 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
-/* NaN wins, as max_nan in tile_kernels.c */
-__attribute__((target("avx512f"), always_inline)) static inline __m512 vmax_nan(__m512 acc, __m512 v) {
-    const __mmask16 take = _mm512_cmp_ps_mask(v, acc, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-    return _mm512_mask_blend_ps(take, acc, v);
-}
+#include "tile_simd.h"
 
 /* columns [c, c + 16) of row r, -inf outside [0, end) */
 __attribute__((target("avx512f"), always_inline)) static inline __m512 load_row(const float *r, int64_t c,
                                                                                   int64_t end) {
-    const __m512i lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    const __m512i col = _mm512_add_epi32(_mm512_set1_epi32((int)c), lanes);
-    const __mmask16 in = _mm512_cmp_epi32_mask(col, _mm512_setzero_si512(), _MM_CMPINT_NLT) &
-                         _mm512_cmp_epi32_mask(col, _mm512_set1_epi32((int)end), _MM_CMPINT_LT);
-    return _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), in, r + c);
+    return _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), inside(c, end), r + c);
 }
 
 __attribute__((target("avx512f"))) static void pool_s2(const float *xc, int64_t RS, int64_t H, int64_t W, float *oc,

@@ -226,7 +226,7 @@ static void engine(pw_runtime *rt, int w) {
 }
 
 
-/* spin until the next inference starts, the runtime stops, or PW_LINGER_NS pass */
+/* spin until the next inference starts, the runtime stops, pw_park asks, or linger_ns pass */
 static void linger(pw_runtime *rt, int seen) {
     const int64_t until = now_ns() + atomic_load(&rt->linger_ns);
     for (int i = 0;; i++) {

@@ -24,12 +24,6 @@
 
 #define PW_WINO_SKEW 16
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define PW_HOT __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define PW_HOT
-#endif
-
 /* Split padded input rows: for each of R rows of channel c, E[j] = padded[2j] and O[j] = padded[2j + 1]
  * (j = 0..TW), padded[q] = x[row][q - pw] inside the row, 0 outside it and for rows outside
  * [r_lo, r_hi) (the input rows the tile may read). Stored as rows of 2 (TW + 1) floats: E then O. */
@@ -183,7 +177,7 @@ output_wide(const float *m, int64_t ms, int64_t tld, int64_t row_skip, int64_t r
 
 int64_t pw_winograd_scratch(int64_t C, int64_t rows, int64_t channels, int64_t OW) {
     const int64_t pairs = (rows + 1) / 2, TW = (OW + 1) / 2, T = pairs * TW;
-    /* V, M, the split rows of one channel, two output rows */
+    /* V, M, the split rows of one channel, their row transform, two output rows, pw_gemm_packed_t's sums */
     const int64_t tld = (channels + 2 * PW_TR - 2) / PW_TR * PW_TR; /* the sums' channels, row_skip < PW_TR */
     return 16 * (C * T + PW_WINO_SKEW) + 16 * (tld * T + PW_WINO_SKEW) + (2 * pairs + 2) * 2 * (TW + 1) +
            8 * (TW + 1) + 2 * 2 * TW + T * tld + 32;
