@@ -8,10 +8,7 @@ from dataclasses import dataclass
 import torch
 import torch.fx
 
-from .util import add_constant, aten, constant, conv_args
-
-_BN = aten._native_batch_norm_legit_no_training.default  # after run_decompositions: a tuple, read by getitem
-_BN_PLAIN = aten.batch_norm.default  # torch.export's own form: one tensor, training flag in args[5]
+from .util import BN_TUPLE, add_constant, aten, bn_args, constant, conv_args, inference_bn
 
 
 @dataclass(frozen=True)
@@ -23,9 +20,7 @@ class FoldBN:
 def propose(gm: torch.fx.GraphModule) -> list[FoldBN]:
     found = []
     for bn in gm.graph.nodes:
-        if bn.op != "call_function" or bn.target not in (_BN, _BN_PLAIN):
-            continue
-        if bn.target == _BN_PLAIN and bn.args[5]:
+        if not inference_bn(bn):
             continue  # training-mode batch norm normalises by batch statistics
         conv = bn.args[0]
         if not (
@@ -33,7 +28,7 @@ def propose(gm: torch.fx.GraphModule) -> list[FoldBN]:
         ):
             continue
         users = list(bn.users)
-        if bn.target == _BN and not all(u.target is operator.getitem and u.args[1] == 0 for u in users):
+        if bn.target is BN_TUPLE and not all(u.target is operator.getitem and u.args[1] == 0 for u in users):
             continue
         args = conv_args(conv)
         if constant(gm, args[1]) is None or (args[2] is not None and constant(gm, args[2]) is None):
@@ -50,8 +45,8 @@ def apply(gm: torch.fx.GraphModule, matches: list[FoldBN]) -> None:
         conv, bn = nodes[m.conv], nodes[m.bn]
         args = conv_args(conv)
         w, b = constant(gm, args[1]), constant(gm, args[2])
-        gamma, beta, mean, var = (constant(gm, a) for a in bn.args[1:5])
-        eps = float(bn.args[6] if bn.target == _BN else bn.args[7])
+        _, *stats, eps = bn_args(bn)
+        gamma, beta, mean, var = (constant(gm, a) for a in stats)
         scale = torch.rsqrt(var + eps) * (gamma if gamma is not None else 1.0)
         new_w = (w * scale.reshape(-1, 1, 1, 1)).contiguous()
         new_b = ((b if b is not None else torch.zeros_like(mean)) - mean) * scale
@@ -59,7 +54,7 @@ def apply(gm: torch.fx.GraphModule, matches: list[FoldBN]) -> None:
         args[1] = add_constant(gm, conv, f"{conv.name}_w", new_w.detach())
         args[2] = add_constant(gm, conv, f"{conv.name}_b", new_b.detach())
         conv.args, conv.kwargs = tuple(args), {}
-        if bn.target == _BN:
+        if bn.target is BN_TUPLE:
             for user in list(bn.users):
                 user.replace_all_uses_with(conv)
                 gm.graph.erase_node(user)

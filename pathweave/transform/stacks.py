@@ -11,7 +11,6 @@ generated kernels. Chains of one layer are left alone: there is no pass through 
 
 from __future__ import annotations
 
-import operator
 from dataclasses import dataclass
 
 import torch
@@ -19,10 +18,10 @@ import torch.fx
 
 from ..capture.graph import attr_value
 from .stack_kernel import Elementwise, Pool, StackModule, Step, plan_sequences
+from .util import BN_PLAIN, BN_TUPLE, bn_args, bn_output, inference_bn
 
 aten = torch.ops.aten
 _POOLS = {aten.max_pool2d.default: "max", aten.avg_pool2d.default: "avg"}
-_BN = {aten.batch_norm.default, aten._native_batch_norm_legit_no_training.default}
 
 
 @dataclass(frozen=True)
@@ -110,9 +109,10 @@ def _chain_from(
 
 def _output(node: torch.fx.Node) -> torch.fx.Node:
     """The node carrying a layer's tensor: the layer itself, or its ``[0]`` for ops returning tuples."""
-    if node.target is aten._native_batch_norm_legit_no_training.default:
-        return next(u for u in node.users if u.args[1] == 0)
-    return node
+    out = bn_output(node)
+    if out is None:  # _layer takes a batch norm only where its getitem 0 is its one reader
+        raise ValueError(f"{node.format_node()}: a batch norm tuple read other than by one getitem 0")
+    return out
 
 
 def _chain_input(node: torch.fx.Node) -> torch.fx.Node | None:
@@ -130,14 +130,8 @@ def _layer(node: torch.fx.Node, gm: torch.fx.GraphModule) -> Pool | Elementwise 
     t, a = node.target, node.args
     if t in _POOLS:
         return _pool(node, _POOLS[t])
-    if t in _BN:
-        if t is aten.batch_norm.default and a[5]:  # training
-            return None
-        if t is aten._native_batch_norm_legit_no_training.default:
-            users = list(node.users)
-            if len(users) != 1 or users[0].target is not operator.getitem or users[0].args[1] != 0:
-                return None
-        return _batch_norm(node, gm)
+    if t in (BN_TUPLE, BN_PLAIN):
+        return _batch_norm(node, gm) if inference_bn(node) and bn_output(node) is not None else None
     if t is aten.relu.default:
         return Elementwise("clamp", lo=0.0)
     if t is aten.relu6.default:
@@ -171,11 +165,7 @@ def _pool(node: torch.fx.Node, kind: str) -> Pool | None:
 
 
 def _batch_norm(node: torch.fx.Node, gm: torch.fx.GraphModule) -> Elementwise | None:
-    a = node.args
-    if node.target is aten.batch_norm.default:
-        w, b, mean, var, eps = a[1], a[2], a[3], a[4], a[7]
-    else:
-        w, b, mean, var, eps = a[1], a[2], a[3], a[4], a[6]
+    _, w, b, mean, var, eps = bn_args(node)
     vals = [attr_value(gm, n.target) if isinstance(n, torch.fx.Node) and n.op == "get_attr" else n
             for n in (w, b, mean, var)]  # fmt: skip
     if any(v is not None and not isinstance(v, torch.Tensor) for v in vals) or vals[2] is None:

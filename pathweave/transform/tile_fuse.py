@@ -17,7 +17,6 @@ them like conv2d and linear (``tile_ops``), the residual element by element.
 
 from __future__ import annotations
 
-import operator
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +24,17 @@ import torch
 import torch.fx
 import torch.nn.functional as F
 
-from .util import aten, conv_args, linear_args, replace_chain, residual_operand, sole_user
+from .util import (
+    aten,
+    bn_args,
+    bn_output,
+    conv_args,
+    inference_bn,
+    linear_args,
+    replace_chain,
+    residual_operand,
+    sole_user,
+)
 
 ACTS = ("none", "relu", "gelu", "tanh", "gelu_tanh")
 _ACT_OPS = {aten.relu.default: "relu", aten.gelu.default: "gelu", aten.tanh.default: "tanh"}
@@ -102,9 +111,6 @@ cat_batch_norm_act = torch.library.custom_op(
 )
 cat_batch_norm_act.register_fake(_cat_batch_norm_act)
 
-_BN = aten._native_batch_norm_legit_no_training.default  # a tuple, read by getitem 0
-_BN_PLAIN = aten.batch_norm.default  # one tensor, training flag in args[5]
-
 
 @dataclass(frozen=True)
 class Fuse:
@@ -150,16 +156,12 @@ def propose(gm: torch.fx.GraphModule) -> list[Fuse]:
                 found.append(Fuse(node.name, None, user.name, _act(user)))
         elif node.target == aten.linear.default and _act(user, gelu_tanh=True):
             found.append(Fuse(node.name, None, user.name, _act(user, gelu_tanh=True)))
-        elif _inference_bn(node):
-            item = user if node.target == _BN else None  # the tuple's getitem 0
-            if node.target == _BN and not (
-                item is not None and item.target is operator.getitem and item.args[1] == 0
-            ):
-                continue
-            act = _act(sole_user(item) if item is not None else user)
+        elif inference_bn(node) and (out := bn_output(node)) is not None:
+            item = out if out is not node else None  # the tuple's getitem 0
+            after = sole_user(out)
+            act = _act(after)
             cat = node.args[0] if _sole_cat(node.args[0]) else None
             if act or cat:
-                after = sole_user(item) if item is not None else user
                 found.append(
                     Fuse(node.name, item and item.name, act and after.name, act or "none", cat and cat.name)
                 )
@@ -176,19 +178,6 @@ def _sole_cat(node: Any) -> bool:
     )
 
 
-def _inference_bn(node: torch.fx.Node) -> bool:
-    """A batch norm over running statistics, its eps known (both ATen forms)."""
-    if node.target == _BN:
-        return True
-    return node.target == _BN_PLAIN and not node.args[5]
-
-
-def _bn_args(node: torch.fx.Node) -> tuple[Any, ...]:
-    """(input, weight, bias, running_mean, running_var, eps) of either form."""
-    a = node.args
-    return (a[0], a[1], a[2], a[3], a[4], float(a[6] if node.target == _BN else a[7]))
-
-
 def apply(gm: torch.fx.GraphModule, matches: list[Fuse]) -> None:
     nodes = {n.name: n for n in gm.graph.nodes}
     for m in matches:
@@ -196,16 +185,16 @@ def apply(gm: torch.fx.GraphModule, matches: list[Fuse]) -> None:
         add = nodes[m.residual] if m.residual else None
         act = nodes[m.act] if m.act else None
         last = act or add
-        if _inference_bn(layer):  # (act or None, the bn's getitem or None, the bn, the cat before or None)
+        if inference_bn(layer):  # (act or None, the bn's getitem or None, the bn, the cat before or None)
             cat = nodes[m.cat] if m.cat else None
-            bn_args = _bn_args(layer)
+            stats = bn_args(layer)
             with gm.graph.inserting_before(last or layer):
                 if cat is None:
-                    op, args = torch.ops.pathweave.batch_norm_act.default, (*bn_args, m.act_name)
+                    op, args = torch.ops.pathweave.batch_norm_act.default, (*stats, m.act_name)
                 else:
                     dim = cat.args[1] if len(cat.args) > 1 else cat.kwargs.get("dim", 0)
                     op = torch.ops.pathweave.cat_batch_norm_act.default
-                    args = (cat.args[0], dim, *bn_args[1:], m.act_name)
+                    args = (cat.args[0], dim, *stats[1:], m.act_name)
                 fused = gm.graph.call_function(op, args)
             replace_chain(gm, fused, (act, add, layer, cat))
             continue

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import torch
@@ -10,6 +11,34 @@ import torch.fx
 from ..capture.graph import attr_value
 
 aten = torch.ops.aten
+#: inference batch norm in its two ATen forms: the tuple of ``run_decompositions`` (its tensor read by
+#: getitem 0) and torch.export's own (one tensor, the training flag in args[5])
+BN_TUPLE = aten._native_batch_norm_legit_no_training.default
+BN_PLAIN = aten.batch_norm.default
+
+
+def inference_bn(node: torch.fx.Node) -> bool:
+    """A batch norm over running statistics, in either form."""
+    return node.op == "call_function" and (
+        node.target is BN_TUPLE or (node.target is BN_PLAIN and not node.args[5])
+    )
+
+
+def bn_output(node: torch.fx.Node) -> torch.fx.Node | None:
+    """The node carrying a batch norm's tensor: the node itself (plain form), or the tuple's one reader
+    when that is its getitem 0; None when the tuple is read otherwise."""
+    if node.target is not BN_TUPLE:
+        return node
+    users = list(node.users)
+    if len(users) == 1 and users[0].target is operator.getitem and users[0].args[1] == 0:
+        return users[0]
+    return None
+
+
+def bn_args(node: torch.fx.Node) -> tuple[Any, Any, Any, Any, Any, float]:
+    """(input, weight, bias, running_mean, running_var, eps) of a batch norm in either form."""
+    a = node.args
+    return a[0], a[1], a[2], a[3], a[4], float(a[6] if node.target is BN_TUPLE else a[7])
 
 
 def constant(gm: torch.fx.GraphModule, node: Any) -> torch.Tensor | None:
