@@ -32,12 +32,14 @@ _LAZY = {
     "UnsupportedError": "pathweave.errors",
     "PlanError": "pathweave.errors",
     "ExecutionError": "pathweave.errors",
+    "ClosedError": "pathweave.errors",
     "MissingDependencyError": "pathweave.errors",
 }
 
 __all__ = [
     "STRATEGIES",
     "CaptureError",
+    "ClosedError",
     "CoExecutor",
     "ExecutionError",
     "InputError",
@@ -57,6 +59,7 @@ if TYPE_CHECKING:
     from .api import STRATEGIES
     from .errors import (
         CaptureError,
+        ClosedError,
         ExecutionError,
         InputError,
         MissingDependencyError,

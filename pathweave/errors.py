@@ -9,6 +9,7 @@ Every error a user can cause is a ``PathweaveError``; catching that one class is
     ├── UnsupportedError      a graph holds ops a strategy or converter cannot run (lists them)
     ├── PlanError             a plan failed its own verify()
     ├── ExecutionError        running a plan failed; names the node that raised
+    │   └── ClosedError       the optimized callable was closed; optimize again to run it
     └── MissingDependencyError an optional extra is not installed; says what to pip install
 
 Messages name the node (``node.format_node()``) or the module that failed and what to do about it.
@@ -54,6 +55,10 @@ class ExecutionError(PathweaveError):
     def __init__(self, message: str, node: str | None = None) -> None:
         super().__init__(message)
         self.node = node
+
+
+class ClosedError(ExecutionError):
+    """A call to an optimized callable after its ``close()``."""
 
 
 class MissingDependencyError(PathweaveError, ImportError):

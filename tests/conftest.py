@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
@@ -88,10 +89,14 @@ def outputs_close():
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked ``gpu`` are skipped where CUDA is not available (CI has no GPU)."""
-    if torch.cuda.is_available():
-        return
-    skip = pytest.mark.skip(reason="needs CUDA")
+    """Tests marked ``gpu`` are skipped where CUDA is not available (CI has no GPU); tests marked ``soak``
+    (the issues' full bars: minutes each) run only with ``PATHWEAVE_SOAK=1``."""
+    skips = {}
+    if not torch.cuda.is_available():
+        skips["gpu"] = pytest.mark.skip(reason="needs CUDA")
+    if os.environ.get("PATHWEAVE_SOAK") != "1":
+        skips["soak"] = pytest.mark.skip(reason="a soak test: run with PATHWEAVE_SOAK=1")
     for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
+        for mark, skip in skips.items():
+            if mark in item.keywords:
+                item.add_marker(skip)

@@ -22,6 +22,7 @@ RTOL = 1e-3
 EXPECTED_ALL = [
     "STRATEGIES",
     "CaptureError",
+    "ClosedError",
     "CoExecutor",
     "ExecutionError",
     "InputError",
@@ -252,7 +253,7 @@ def test_exception_tree() -> None:
     classes = _error_classes()
     assert {c.__name__ for c in classes} == {
         "PathweaveError", "InputError", "UnknownModelError", "CaptureError", "UnsupportedError",
-        "PlanError", "ExecutionError", "MissingDependencyError",
+        "PlanError", "ExecutionError", "ClosedError", "MissingDependencyError",
     }  # fmt: skip
     for cls in classes:
         assert issubclass(cls, errors.PathweaveError), cls
@@ -261,6 +262,7 @@ def test_exception_tree() -> None:
     assert issubclass(errors.UnknownModelError, errors.InputError)
     assert issubclass(errors.UnknownModelError, KeyError)
     assert issubclass(errors.MissingDependencyError, ImportError)
+    assert issubclass(errors.ClosedError, errors.ExecutionError)
     for cls in (errors.CaptureError, errors.UnsupportedError, errors.PlanError, errors.ExecutionError):
         assert not issubclass(cls, errors.InputError)
     assert errors.ExecutionError("boom", node="add").node == "add"

@@ -158,7 +158,7 @@ class LanesExecutor:
         errors: list[tuple[int, BaseException]] = []
         result = None
         try:
-            with torch.inference_mode():
+            with torch.no_grad():
                 result = self._fns[0](flat, self.queues)
         except BaseException as exc:  # noqa: BLE001 - every failure must unblock the other lanes
             self.poison(0)
@@ -216,7 +216,7 @@ class _Worker:
             if flat is None:
                 return
             try:
-                with torch.inference_mode():
+                with torch.no_grad():
                     fn(flat, queues)
                 self.done.put(None)
             except BaseException as exc:  # noqa: BLE001

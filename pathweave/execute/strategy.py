@@ -21,6 +21,7 @@ from ..schedule.hyper import plan_hyper
 from ..schedule.plan import LanePlan
 from ..transform import FAST_CPU, replicate
 from ..transform.replicate import Split
+from .guard import CallGuard
 from .lanes import LanesExecutor, refuse_inplace
 from .sequential import SequentialExecutor, _compare, _threads
 from .stacks import StacksStrategy
@@ -48,6 +49,7 @@ class LanesStrategy:
         ``stacks`` adds BrainSlug's stacks after the fast CPU path (``StacksStrategy``), so that each
         stack is one node to the clustering and runs on its lane's thread."""
         refuse_inplace(captured.gm, captured.name)
+        self.guard = CallGuard(f"{captured.name} (lanes)", exclusive=True)
         self.lanes, self.threads_per_lane = _lanes_and_threads(lanes, threads)
         self.captured = captured
         # weights packed for the thread count each lane runs with (see SequentialExecutor)
@@ -75,10 +77,14 @@ class LanesStrategy:
         return self.captured.out_spec_unflatten(self.run_flat(flat))
 
     def run_flat(self, flat: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
-        return self.executor.run_flat(flat)
+        with self.guard.call():  # the lanes' queues serve one call at a time
+            return self.executor.run_flat(flat)
 
     def close(self) -> None:
-        self.executor.close()
+        """Stop the lane threads once the calls already started have finished; later calls raise
+        ``ClosedError``."""
+        if self.guard.close():
+            self.executor.close()
 
 
 class HyperLanesStrategy(LanesStrategy):
@@ -97,6 +103,7 @@ class HyperLanesStrategy(LanesStrategy):
         stacks: bool = False,
     ) -> None:
         refuse_inplace(captured.gm, captured.name)
+        self.guard = CallGuard(f"{captured.name} (lanes)", exclusive=True)
         self.lanes, self.threads_per_lane = _lanes_and_threads(lanes, threads)
         self.captured, self.split, self.cloned = captured, split, 0
         self.sequential = sequential_path(sub, self.threads_per_lane, stacks=stacks)

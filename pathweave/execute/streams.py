@@ -37,6 +37,7 @@ from ..capture.graph import Captured
 from ..errors import ExecutionError, UnsupportedError
 from ..schedule.streams import StreamPlan, plan_streams, waits_into
 from ..transform.device import to_device
+from .guard import CallGuard
 
 MEMORY_MODES = ("reuse", "keepalive")
 _RANDOM = {"rand", "randn", "rand_like", "randn_like", "randint", "bernoulli", "normal", "native_dropout",
@@ -207,6 +208,8 @@ class StreamsStrategy:
         if not torch.cuda.is_available():
             raise UnsupportedError("strategy 'streams' needs CUDA; on CPU use 'lanes' or 'sequential'")
         self.captured = captured
+        # one replay at a time: the CUDA graph reads and writes its static buffers
+        self.guard = CallGuard(f"{captured.name} (streams)", exclusive=True)
         gm = to_device(captured.gm, "cuda")
         refuse_unsafe(gm)  # before seconds of profiling; the executor checks again for direct callers
         static = [t.to("cuda") for t in captured.example_inputs]
@@ -242,7 +245,12 @@ class StreamsStrategy:
         return self.captured.out_spec_unflatten(self.run_flat(self.captured.flatten_inputs(args, kwargs)))
 
     def run_flat(self, flat: list[torch.Tensor]) -> tuple[Any, ...]:
-        return self.executor.run_flat(flat)
+        with self.guard.call():
+            return self.executor.run_flat(flat)
+
+    def close(self) -> None:
+        """Refuse further calls (``ClosedError``) once those already started have finished."""
+        self.guard.close()
 
     def report(self) -> dict[str, Any]:
         return {

@@ -21,6 +21,7 @@ from ..errors import ExecutionError
 from ..transform import fold_bn, fold_sizes, prune, run_pipeline, tile_fuse, tile_fuse_matmul
 from ..transform.tile_graph import WORK_PER_TILE, TilesPerLayer, build_tile_graph
 from ..transform.tile_ops import plan_nodes
+from .guard import CallGuard
 from .tile_memory import DISTANCE, plan_buffers
 from .tile_program import TileProgram, build_program, output_layers
 from .tile_runtime import OP_LAYER, TileRuntime
@@ -45,6 +46,9 @@ class TilesStrategy:
     ) -> None:
         self.captured = captured
         self.threads = threads or torch.get_num_threads()
+        # one inference at a time: every call shares the program's input and activation buffers
+        # (concurrent requests run together through ``CoExecutor``)
+        self.guard = CallGuard(f"{captured.name} (tiles)", exclusive=True)
         gm = copy.deepcopy(captured.gm)
         self.passes = run_pipeline(gm, (fold_sizes, prune, fold_bn, tile_fuse, tile_fuse_matmul))
         self.gm = gm
@@ -94,19 +98,22 @@ class TilesStrategy:
         return self.captured.out_spec_unflatten(self.run_flat(self.captured.flatten_inputs(args, kwargs)))
 
     def run_flat(self, flat: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
-        for buf, x in zip(self.program.inputs, flat, strict=True):
-            np.copyto(buf, x.detach().cpu().numpy(), casting="no")
-        self.runtime.run()
-        return tuple(torch.from_numpy(v.array().copy()) for v in self.program.outputs)
+        with self.guard.call():
+            for buf, x in zip(self.program.inputs, flat, strict=True):
+                np.copyto(buf, x.detach().cpu().numpy(), casting="no")
+            self.runtime.run()
+            return tuple(torch.from_numpy(v.array().copy()) for v in self.program.outputs)
 
     def quiesce(self) -> None:
         """Let the workers park now instead of spinning for the next inference (``TileRuntime.park``)."""
-        self.runtime.park()
+        with self.guard.call():
+            self.runtime.park()
 
     def set_workers(self, n: int) -> None:
         """Engines for the next inferences (added or removed between them)."""
-        self.runtime.set_workers(n)
-        self.threads = n
+        with self.guard.call():
+            self.runtime.set_workers(n)
+            self.threads = n
 
     def summary(self) -> str:
         g = self.graph
@@ -114,4 +121,7 @@ class TilesStrategy:
                 f"steals {self.runtime.steals}")  # fmt: skip
 
     def close(self) -> None:
-        self.runtime.close()
+        """Free the engines and buffers once the calls already started have finished; later calls
+        raise ``ClosedError``."""
+        if self.guard.close():
+            self.runtime.close()
