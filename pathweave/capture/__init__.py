@@ -20,6 +20,7 @@ from ..compare import mismatch
 from ..errors import CaptureError, InputError, UnsupportedError
 from .export import export_program, from_exported
 from .graph import Captured
+from .pt2 import load_pt2
 from .shapes import TensorSpec, tensor_spec, tensor_specs
 from .trace import TraceFailure, first_line, trace_module
 
@@ -44,7 +45,8 @@ def capture(
         gm, onnx_inputs = onnx_module(Path(model), tuple(inputs) or None)
         return capture(gm, *onnx_inputs, name=name or Path(model).stem, method=method, check=check)
     if isinstance(model, (str, os.PathLike)):
-        model = _load_pt2(Path(model))
+        name = name or Path(model).stem
+        model = load_pt2(Path(model))
     if isinstance(model, ExportedProgram):
         return _capture_program(model, inputs, kwargs, name or "exported_program", check)
     if not isinstance(model, torch.nn.Module):
@@ -93,21 +95,45 @@ def _capture_program(ep: ExportedProgram, inputs: tuple, kwargs: dict, name: str
     if not inputs and not kwargs and ep.example_inputs is not None:
         inputs, kwargs = ep.example_inputs
     _check_inputs(inputs, kwargs, name)
-    captured = from_exported(ep, pytree.tree_leaves((inputs, kwargs)), name)
-    if check:
+    try:
         with torch.no_grad():
             expected = ep.module()(*inputs, **kwargs)
+    except Exception as exc:  # the program's own guards: input count, shapes, dtypes
+        raise InputError(
+            f"{name}: the inputs ({_signature(inputs, kwargs)}) do not fit the exported program, which "
+            f"takes {_program_signature(ep)}: {first_line(exc)}"
+        ) from exc
+    if _symbolic(ep):  # exported with dynamic dimensions: specialise to the shapes given
+        try:
+            ep = export_program(ep.module(), inputs, kwargs)
+        except Exception as exc:
+            raise CaptureError(f"{name}: could not specialise the dynamic program to "
+                               f"{_signature(inputs, kwargs)}: {first_line(exc)}") from exc  # fmt: skip
+    captured = from_exported(ep, pytree.tree_leaves((inputs, kwargs)), name)
+    if check:
         _check_outputs(captured, expected)
     return captured
 
 
-def _load_pt2(path: Path) -> ExportedProgram:
-    if not path.exists():
-        raise InputError(f"no such file: {path}")
-    try:
-        return torch.export.load(path)
-    except Exception as exc:
-        raise InputError(f"{path} is not a torch.export .pt2 file: {first_line(exc)}") from exc
+def _symbolic(ep: ExportedProgram) -> bool:
+    """Whether some input of the program has a symbolic (dynamic) dimension."""
+    for node in ep.graph.nodes:
+        val = node.meta.get("val")
+        if node.op == "placeholder" and isinstance(val, torch.Tensor):
+            if any(not isinstance(d, int) for d in val.shape):
+                return True
+    return False
+
+
+def _program_signature(ep: ExportedProgram) -> str:
+    user = set(ep.graph_signature.user_inputs)
+    vals = [n.meta.get("val") for n in ep.graph.nodes if n.op == "placeholder" and n.name in user]
+    return ", ".join(f"{tuple(v.shape)} {v.dtype}" if isinstance(v, torch.Tensor) else repr(v) for v in vals)
+
+
+def _signature(inputs: tuple, kwargs: dict) -> str:
+    return ", ".join(f"{tuple(t.shape)} {t.dtype}" if isinstance(t, torch.Tensor) else type(t).__name__
+                     for t in pytree.tree_leaves((inputs, kwargs)))  # fmt: skip
 
 
 def _check_inputs(inputs: tuple, kwargs: dict, name: str) -> None:
@@ -117,6 +143,16 @@ def _check_inputs(inputs: tuple, kwargs: dict, name: str) -> None:
     for i, leaf in enumerate(leaves):
         if not isinstance(leaf, torch.Tensor):
             raise InputError(f"{name}: example input {i} is a {type(leaf).__name__}; pass tensors")
+        if leaf.device.type not in ("cpu", "cuda"):
+            raise InputError(
+                f"{name}: example input {i} is on device {leaf.device}; pathweave runs on cpu or cuda, "
+                "with real data (move it with .to('cpu'))"
+            )
+        if leaf.numel() == 0:
+            raise InputError(
+                f"{name}: example input {i} is empty (shape {tuple(leaf.shape)}); pathweave specialises "
+                "the model to the example's shapes, so give at least one sample"
+            )
 
 
 def _run_eager(model: torch.nn.Module, inputs: tuple, kwargs: dict, name: str) -> Any:
@@ -124,9 +160,9 @@ def _run_eager(model: torch.nn.Module, inputs: tuple, kwargs: dict, name: str) -
         with torch.no_grad():
             return model(*inputs, **kwargs)
     except Exception as exc:
-        sig = ", ".join(f"{tuple(t.shape)} {t.dtype}" for t in pytree.tree_leaves((inputs, kwargs)))
         raise InputError(
-            f"{name} fails on the example inputs ({sig}){_user_frame(exc)}: {first_line(exc)}"
+            f"{name} fails on the example inputs ({_signature(inputs, kwargs)}){_user_frame(exc)}: "
+            f"{first_line(exc)}"
         ) from exc
 
 

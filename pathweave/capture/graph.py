@@ -37,15 +37,25 @@ class Captured:
     def flatten_inputs(self, args: tuple, kwargs: dict | None = None) -> list[torch.Tensor]:
         """Flatten and check the inputs against the captured shapes and dtypes; raise InputError if off."""
         flat, spec = pytree.tree_flatten((tuple(args), dict(kwargs or {})))
+        if len(flat) != len(self.example_inputs):
+            raise InputError(
+                f"{self.name}: called with {len(flat)} input(s), the graph takes {len(self.example_inputs)}: "
+                f"{_describe(self.example_inputs)}"
+            )
         if spec != self.in_spec:
             raise InputError(f"{self.name}: inputs are structured as {spec}, captured with {self.in_spec}")
-        for i, (got, want) in enumerate(zip(flat, self.example_inputs, strict=False)):
+        for i, (got, want) in enumerate(zip(flat, self.example_inputs, strict=True)):
             if not isinstance(got, torch.Tensor):
                 raise InputError(f"{self.name}: input {i} is a {type(got).__name__}, expected a tensor")
             if got.shape != want.shape or got.dtype != want.dtype:
                 raise InputError(
                     f"{self.name}: input {i} has shape {tuple(got.shape)} and dtype {got.dtype}; the graph "
                     f"was captured for {tuple(want.shape)} {want.dtype} (capture again for other shapes)"
+                )
+            if got.device.type != want.device.type:
+                raise InputError(
+                    f"{self.name}: input {i} is on {got.device}; the graph was captured on {want.device} "
+                    f"(move it with .to('{want.device.type}'))"
                 )
         return flat
 
@@ -56,6 +66,10 @@ class Captured:
         """Stable hash of the graph's code and input signature, for caches."""
         sig = ";".join(f"{tuple(t.shape)}:{t.dtype}" for t in self.example_inputs)
         return hashlib.sha256((self.gm.code + sig).encode()).hexdigest()[:16]
+
+
+def _describe(tensors: tuple[torch.Tensor, ...]) -> str:
+    return ", ".join(f"{tuple(t.shape)} {t.dtype}" for t in tensors)
 
 
 def attr_value(gm: torch.fx.GraphModule, target: str) -> Any:

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 import torch
 import torch.fx
 
+from ..errors import UnsupportedError
+
 
 @dataclass(frozen=True)
 class TensorSpec:
@@ -26,11 +28,31 @@ class TensorSpec:
 
 
 def tensor_specs(node: torch.fx.Node) -> list[TensorSpec]:
-    """Every tensor a node produces (one for most ops, several for tuple outputs)."""
+    """Every tensor a node produces (one for most ops, several for tuple outputs). A size that depends
+    on the data (``nonzero``, boolean indexing) raises ``UnsupportedError`` naming the node."""
     val = node.meta.get("val")
     if val is None and "tensor_meta" in node.meta:
         val = node.meta["tensor_meta"]
-    return _specs(val)
+    try:
+        return _specs(val)
+    except _DataDependent as exc:
+        raise UnsupportedError(
+            f"node {node.format_node()} has a size that depends on the input's values ({exc}); this "
+            "needs static shapes: use strategy 'sequential', or avoid nonzero / boolean indexing",
+            ops=[str(node.target)],
+        ) from exc
+
+
+class _DataDependent(Exception):
+    pass
+
+
+def _dim(d: object) -> int:
+    if isinstance(d, int):
+        return d
+    if isinstance(d, torch.SymInt) and d.node.has_hint():  # a backed symbol: its example value
+        return int(d.node.hint)
+    raise _DataDependent(str(d))
 
 
 def tensor_spec(node: torch.fx.Node) -> TensorSpec | None:
@@ -44,7 +66,7 @@ def _specs(val: object) -> list[TensorSpec]:
         return []
     shape, dtype = getattr(val, "shape", None), getattr(val, "dtype", None)
     if shape is not None and isinstance(dtype, torch.dtype):  # a tensor, or fx's TensorMetadata tuple
-        return [TensorSpec(tuple(int(d) for d in shape), dtype)]
+        return [TensorSpec(tuple(_dim(d) for d in shape), dtype)]
     if isinstance(val, (list, tuple)):
         return [s for v in val for s in _specs(v)]
     return []

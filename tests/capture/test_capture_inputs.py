@@ -125,7 +125,7 @@ def test_missing_and_bogus_pt2_files(tmp_path) -> None:
         capture(tmp_path / "absent.pt2")
     junk = tmp_path / "junk.pt2"
     junk.write_bytes(b"not a zip archive")
-    with pytest.raises(InputError, match="junk.pt2 is not a torch.export .pt2 file"):
+    with pytest.raises(InputError, match="junk.pt2 is not a torch.export .pt2"):
         capture(junk)
 
 
@@ -220,8 +220,10 @@ def test_captured_checks_calls() -> None:
         captured(torch.randn(5, 4))
     with pytest.raises(InputError, match="torch.float64"):
         captured(torch.randn(2, 4, dtype=torch.float64))
-    with pytest.raises(InputError, match="inputs are structured as"):
+    with pytest.raises(InputError, match="called with 2 input"):
         captured(torch.randn(2, 4), torch.randn(2, 4))
+    with pytest.raises(InputError, match="inputs are structured as"):
+        captured(x=torch.randn(2, 4))
 
 
 def test_unknown_zoo_name() -> None:
@@ -229,3 +231,36 @@ def test_unknown_zoo_name() -> None:
         pathweave.load_model("no_such_net")
     assert isinstance(info.value, PathweaveError) and isinstance(info.value, KeyError)
     assert str(info.value).startswith("unknown")  # not quoted like a KeyError
+
+
+def test_empty_and_meta_example_inputs_are_refused(small) -> None:
+    model, x = small
+    with pytest.raises(InputError, match="empty"):
+        capture(model, x[:0])
+    with pytest.raises(InputError, match="device meta"):
+        capture(model, x.to("meta"))
+
+
+def test_calls_with_wrong_count_or_device_name_the_problem(small) -> None:
+    model, x = small
+    fn = pathweave.optimize(model, x, strategy="sequential")
+    with pytest.raises(InputError, match="called with 2 input"):
+        fn(x, x)
+    with pytest.raises(InputError, match="called with 0 input"):
+        fn()
+    with pytest.raises(InputError, match="meta"):
+        fn(x.to("meta"))
+
+
+class _DataDependent(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x[x > 0].sum().reshape(1) + torch.nonzero(x).shape[0]
+
+
+def test_data_dependent_sizes_are_refused_by_tiles_and_run_elsewhere() -> None:
+    x = torch.randn(4, 8)
+    with pytest.raises(pathweave.UnsupportedError, match="depends on the input's values"):
+        pathweave.optimize(_DataDependent(), x, strategy="tiles")
+    for strategy in ("sequential", "auto"):
+        torch.testing.assert_close(pathweave.optimize(_DataDependent(), x, strategy=strategy)(x),
+                                   _DataDependent()(x))  # fmt: skip

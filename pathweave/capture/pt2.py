@@ -1,0 +1,128 @@
+"""``.pt2`` archives (``torch.export.save``) checked before ``torch.export.load`` reads them.
+
+``torch.export.load`` unpickles with ``weights_only=False`` wherever the archive asks it to: weights and
+constants whose config says ``use_pickle``, custom and opaque objects, the legacy format, and the sample
+inputs when a restricted load of them fails. A crafted file can run code that way, so pathweave reads
+the archive's listing and configs itself first (JSON and raw bytes only) and refuses every entry that
+would be unpickled without restriction, or loaded as native code (AOTInductor), naming the entry. The
+sample inputs are loaded here with ``weights_only=True``: where that fails, torch would retry without the
+restriction, so the file is refused.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+from pathlib import Path, PurePosixPath
+
+import torch
+from torch.export import ExportedProgram
+
+from ..errors import InputError
+from .trace import first_line
+
+#: top-level folders of an archive holding native code or formats pathweave does not read
+_CODE_DIRS = ("data/aotinductor/", "data/executorch/", "data/mtia/")
+#: plain data files of the archive (read as bytes or JSON, never unpickled)
+_DATA_FILES = ("archive_format", "archive_version", "byteorder", ".data/version", ".data/serialization_id")
+
+
+def load_pt2(path: Path) -> ExportedProgram:
+    """The program in ``path``, after ``check_archive``; every failure is an ``InputError`` naming the
+    file and what is wrong."""
+    if not path.exists():
+        raise InputError(f"no such file: {path}")
+    check_archive(path)
+    try:
+        return torch.export.load(path)
+    except Exception as exc:
+        raise InputError(f"{path} is not a readable torch.export .pt2 file: {first_line(exc)}") from exc
+
+
+def check_archive(path: Path) -> None:
+    """Raise ``InputError`` unless ``path`` is a current-format ``.pt2`` archive in which nothing would
+    be unpickled without restriction or loaded as code."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = archive.namelist()
+            root = _root(path, names)
+            for name in names:
+                _check_entry(path, name[len(root):])
+            for name in names:
+                rel = name[len(root):]
+                if rel.endswith("_config.json") and rel.startswith(("data/weights/", "data/constants/")):
+                    _check_config(path, rel, archive.read(name))
+                elif rel.startswith("data/sample_inputs/"):
+                    _check_sample_inputs(path, rel, archive.read(name))
+    except InputError:
+        raise
+    except (zipfile.BadZipFile, EOFError, OSError, ValueError) as exc:  # truncated, empty or not a zip
+        what = first_line(exc)
+        raise InputError(f"{path} is not a torch.export .pt2 archive (a zip file): {what}") from exc
+
+
+def _root(path: Path, names: list[str]) -> str:
+    """The archive's one top-level folder; the legacy format (no archive_format file) is refused, since
+    torch reads its state with unrestricted pickle."""
+    roots = {n.split("/", 1)[0] + "/" for n in names if "/" in n}
+    root = next(iter(roots)) if len(roots) == 1 else ""
+    if not root or root + "archive_format" not in names:
+        raise InputError(
+            f"{path} is not a current torch.export .pt2 archive (no archive_format entry); files of the "
+            "legacy format unpickle their contents, so pathweave does not read them: save the program "
+            "again with torch.export.save from torch >= 2.8"
+        )
+    return root
+
+
+def _check_entry(path: Path, rel: str) -> None:
+    parts = PurePosixPath(rel).parts
+    if rel.startswith("/") or ".." in parts:
+        raise InputError(f"{path}: archive entry {rel!r} points outside the archive; refused")
+    if rel.startswith(_CODE_DIRS):
+        raise InputError(
+            f"{path}: archive entry {rel!r} holds compiled code (AOTInductor or another backend), which "
+            "pathweave does not load; save the ExportedProgram alone with torch.export.save"
+        )
+    known = rel in _DATA_FILES or rel.startswith(("models/", "data/weights/", "data/constants/",
+                                                  "data/sample_inputs/", "extra/"))  # fmt: skip
+    if not known and not rel.endswith("/"):
+        raise InputError(f"{path}: unexpected archive entry {rel!r}; not a torch.export .pt2 file")
+
+
+def _check_config(path: Path, rel: str, raw: bytes) -> None:
+    """Weights and constants must be raw tensor bytes: no ``use_pickle`` entry, no custom or opaque
+    objects (both unpickled on load)."""
+    try:
+        config = json.loads(raw)["config"]
+        entries = list(config.items())
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise InputError(f"{path}: {rel} is not a valid payload config: {first_line(exc)}") from exc
+    for fqn, meta in entries:
+        if not isinstance(meta, dict):
+            raise InputError(f"{path}: {rel}: entry {fqn!r} is not an object")
+        name = str(meta.get("path_name", ""))
+        if meta.get("use_pickle"):
+            raise InputError(
+                f"{path}: {rel} marks {fqn!r} ({name}) as pickled; loading it would run arbitrary code, "
+                "so pathweave refuses the file. Save tensors as plain weights (torch.export.save does for "
+                "ordinary parameters and buffers)"
+            )
+        if not name.startswith(("weight_", "tensor_")):
+            raise InputError(
+                f"{path}: {rel}: {fqn!r} is stored as {name!r}, an object torch would unpickle; pathweave "
+                "loads tensors only"
+            )
+
+
+def _check_sample_inputs(path: Path, rel: str, raw: bytes) -> None:
+    if not raw:
+        return
+    try:
+        torch.load(io.BytesIO(raw), weights_only=True)
+    except Exception as exc:
+        raise InputError(
+            f"{path}: {rel} cannot be read as plain tensors ({first_line(exc)}); torch would unpickle it "
+            "without restriction, so pathweave refuses the file"
+        ) from exc

@@ -1,0 +1,159 @@
+"""``.pt2`` files: nothing in them can run code when pathweave loads them; bad files and inputs that do not
+fit the program get pathweave errors naming what is wrong."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+
+import pathweave
+from pathweave.capture.pt2 import check_archive
+from pathweave.errors import InputError, PathweaveError
+
+
+def _model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.ReLU()).eval()
+
+
+@pytest.fixture()
+def saved(tmp_path: Path) -> Path:
+    path = tmp_path / "m.pt2"
+    torch.export.save(torch.export.export(_model(), (torch.randn(2, 8),)), path)
+    return path
+
+
+class _Payload:
+    """Unpickling this writes a marker file: proof that the pickle ran."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+def _rewrite(src: Path, dst: Path, edit) -> None:
+    """Copy the archive, passing every entry through ``edit(name, data) -> data | None`` (None drops it)."""
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w") as zout:
+        for name in zin.namelist():
+            data = edit(name, zin.read(name))
+            if data is not None:
+                zout.writestr(name, data)
+
+
+def _pickled_weight(saved: Path, dst: Path, marker: Path, config_suffix: str, prefix: str) -> None:
+    """The archive with its first weight (or constant) marked ``use_pickle`` and replaced by a payload."""
+    with zipfile.ZipFile(saved) as z:
+        config_name = next(n for n in z.namelist() if n.endswith(config_suffix))
+        config = json.loads(z.read(config_name))
+    fqn = next(iter(config["config"]))
+    config["config"][fqn]["use_pickle"] = True
+    target = config["config"][fqn]["path_name"]
+
+    def edit(name: str, data: bytes) -> bytes:
+        if name == config_name:
+            return json.dumps(config).encode()
+        if name.endswith(f"{prefix}{target}"):
+            return pickle.dumps(_Payload(marker))
+        return data
+
+    _rewrite(saved, dst, edit)
+
+
+@pytest.mark.parametrize("entry", ["optimize", "analyze"])
+def test_pickled_weight_is_refused_without_running(saved: Path, tmp_path: Path, entry: str) -> None:
+    marker = tmp_path / "ran"
+    evil = tmp_path / "evil.pt2"
+    _pickled_weight(saved, evil, marker, "weights_config.json", "weights/")
+    try:  # the attack is real: torch itself runs the payload (then fails on what it returned)
+        torch.export.load(evil)
+    except Exception:  # noqa: BLE001
+        pass
+    assert marker.exists()
+    marker.unlink()
+    with pytest.raises(InputError, match="pickled"):
+        getattr(pathweave, entry)(evil, torch.randn(2, 8))
+    assert not marker.exists()
+
+
+def test_pickled_sample_inputs_are_refused(saved: Path, tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    evil = tmp_path / "evil.pt2"
+    _rewrite(saved, evil, lambda n, d: pickle.dumps(_Payload(marker)) if "sample_inputs" in n else d)
+    with pytest.raises(InputError, match="sample_inputs"):
+        pathweave.optimize(evil, torch.randn(2, 8), strategy="sequential")
+    assert not marker.exists()
+
+
+def test_compiled_code_and_unknown_entries_are_refused(saved: Path, tmp_path: Path) -> None:
+    root = zipfile.ZipFile(saved).namelist()[0].split("/")[0]
+    for extra, match in [("data/aotinductor/model/x.so", "compiled code"), ("evil.py", "unexpected"),
+                         ("../x", "outside")]:  # fmt: skip
+        bad = tmp_path / "bad.pt2"
+        with zipfile.ZipFile(saved) as zin, zipfile.ZipFile(bad, "w") as zout:
+            for name in zin.namelist():
+                zout.writestr(name, zin.read(name))
+            zout.writestr(f"{root}/{extra}", b"\x7fELF")
+        with pytest.raises(InputError, match=match):
+            check_archive(bad)
+
+
+@pytest.mark.parametrize("content", [b"", b"PK\x03\x04", os.urandom(4096)], ids=["empty", "header", "random"])
+def test_not_an_archive(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "x.pt2"
+    path.write_bytes(content)
+    with pytest.raises(InputError, match="not a torch.export .pt2"):
+        pathweave.optimize(path, torch.randn(2, 8))
+
+
+def test_truncated_archive(saved: Path, tmp_path: Path) -> None:
+    data = saved.read_bytes()
+    for cut in (len(data) // 2, len(data) - 10, 100):
+        path = tmp_path / "t.pt2"
+        path.write_bytes(data[:cut])
+        with pytest.raises(PathweaveError):
+            pathweave.optimize(path, torch.randn(2, 8), strategy="sequential")
+
+
+def test_corrupt_program_json(saved: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.pt2"
+    _rewrite(saved, bad, lambda n, d: b"{not json" if n.endswith("models/model.json") else d)
+    with pytest.raises(InputError, match="not a readable"):
+        pathweave.optimize(bad, torch.randn(2, 8))
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="no such file"):
+        pathweave.optimize(tmp_path / "nothing.pt2", torch.randn(2, 8))
+
+
+@pytest.mark.parametrize(
+    "inputs, match",
+    [((torch.randn(3, 8),), r"\(3, 8\)"), ((torch.randn(2, 8), torch.randn(2, 8)), "do not fit"),
+     ((torch.ones(2, 8, dtype=torch.long),), "int64")],
+    ids=["batch", "count", "dtype"],
+)  # fmt: skip
+def test_inputs_that_do_not_fit_the_program(saved: Path, inputs: tuple, match: str) -> None:
+    with pytest.raises(InputError, match=match):
+        pathweave.optimize(saved, *inputs, strategy="sequential")
+
+
+def test_dynamic_program_is_specialised_to_the_inputs(tmp_path: Path) -> None:
+    batch = torch.export.Dim("batch", min=1, max=64)
+    ep = torch.export.export(_model(), (torch.randn(2, 8),), dynamic_shapes=({0: batch},))
+    path = tmp_path / "dyn.pt2"
+    torch.export.save(ep, path)
+    x = torch.randn(5, 8)
+    fn = pathweave.optimize(path, x, strategy="tiles")
+    torch.testing.assert_close(fn(x), _model()(x), rtol=1e-4, atol=1e-5)
+    with pytest.raises(InputError, match="captured for"):
+        fn(torch.randn(3, 8))  # specialised: another batch is a clear error, not a crash
+    with pytest.raises(InputError, match="do not fit"):
+        pathweave.optimize(path, torch.randn(5, 9), strategy="sequential")
