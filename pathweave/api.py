@@ -100,6 +100,12 @@ def optimize(
         captured = capture(model, *inputs, name=name, **kwargs)
     if device is None:
         device = str(captured.example_inputs[0].device) if captured.example_inputs else "cpu"
+    try:
+        torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise InputError(f"device={device!r} is not a device; use 'cpu' or 'cuda'") from exc
+    if torch.device(device).type not in ("cpu", "cuda"):
+        raise InputError(f"device={device!r}: pathweave runs on 'cpu' or 'cuda'")
     if torch.device(device).type == "cuda" and not torch.cuda.is_available():
         raise InputError("device='cuda' was asked for but CUDA is not available")
     if strategy == "auto" and captured.method != "export":

@@ -273,3 +273,10 @@ def test_require_gives_an_install_hint() -> None:
     with pytest.raises(errors.MissingDependencyError, match=r"pip install 'pathweave\[plot\]'"):
         errors.require("pathweave_no_such_module", "plot")
     assert errors.require("json", "none").dumps([1]) == "[1]"
+
+
+def test_unknown_device_is_an_input_error() -> None:
+    lin = torch.nn.Linear(8, 4).eval()
+    for device in ("tpu", "meta"):
+        with pytest.raises(errors.InputError, match="device"):
+            pathweave.optimize(lin, torch.randn(2, 8), strategy="sequential", device=device)

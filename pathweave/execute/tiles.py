@@ -101,8 +101,25 @@ class TilesStrategy:
         with self.guard.call():
             for buf, x in zip(self.program.inputs, flat, strict=True):
                 np.copyto(buf, x.detach().cpu().numpy(), casting="no")
-            self.runtime.run()
+            try:
+                self.runtime.run()
+            except ExecutionError as exc:
+                raise self._failure(exc) from exc
             return tuple(torch.from_numpy(v.array().copy()) for v in self.program.outputs)
+
+    def _failure(self, exc: ExecutionError) -> ExecutionError:
+        """The runtime's error with the node whose tile failed (e.g. an embedding id out of range)."""
+        tile = self.runtime.failed_tile
+        if tile is None:
+            return exc
+        name = str(self.graph.layer_names[self.graph.tile_layer[tile]])
+        node = next((n for n in self.gm.graph.nodes if n.name == name), None)
+        where = node.format_node() if node is not None else name
+        return ExecutionError(
+            f"{self.captured.name}: node {where} failed in tile {tile} (an index out of range, or an "
+            "input the kernel cannot take); eager PyTorch raises for the same input",
+            node=name,
+        )
 
     def quiesce(self) -> None:
         """Let the workers park now instead of spinning for the next inference (``TileRuntime.park``)."""

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 import pathweave
-from pathweave.errors import UnsupportedError
+from pathweave.errors import ExecutionError, UnsupportedError
 from pathweave.execute.tiles import TilesStrategy
 
 
@@ -431,3 +431,16 @@ def test_few_output_channels_keep_the_packed_kernels(outputs_close) -> None:
     with torch.no_grad():
         outputs_close(strat(x), model(x), rtol=1e-4, atol_scale=1e-5)
     strat.close()
+
+
+def test_a_failing_tile_names_its_node() -> None:
+    """An embedding id out of range fails in the native kernel: the error names the embedding node, and
+    the next call with valid ids is right."""
+    torch.manual_seed(0)
+    emb = torch.nn.Embedding(10, 4).eval()
+    fn = pathweave.optimize(emb, torch.tensor([[1, 2]]), strategy="tiles")
+    with pytest.raises(ExecutionError, match="embedding") as info:
+        fn(torch.tensor([[3, 11]]))
+    assert info.value.node == "embedding"
+    ids = torch.tensor([[3, 9]])
+    torch.testing.assert_close(fn(ids), emb(ids).detach())
