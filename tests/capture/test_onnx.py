@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+import pathweave
 from pathweave import cli, zoo
 from pathweave.capture import capture
 from pathweave.errors import InputError, UnsupportedError
@@ -56,13 +57,14 @@ def _check(tmp_path, model: onnx.ModelProto, *arrays: np.ndarray) -> None:
     path = tmp_path / "m.onnx"
     onnx.save(model, str(path))
     inputs = tuple(torch.from_numpy(a) for a in arrays)
-    gm, _ = onnx_module(path, inputs)  # raises CaptureError if it differs from ONNX Runtime
+    gm, _ = onnx_module(path, inputs, crosscheck=False)  # compared with ONNX Runtime here, exactly in dtype
     sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     want = sess.run(None, {i.name: a for i, a in zip(sess.get_inputs(), arrays, strict=True)})
     with torch.no_grad():
         got = gm(*inputs)
     for g, w in zip(got, want, strict=True):
         torch.testing.assert_close(g, torch.from_numpy(w), rtol=1e-5, atol=1e-5)
+    onnx_module(path, inputs)  # and the loader's own cross-check agrees
 
 
 def test_asymmetric_pads_in_conv_and_pools(tmp_path) -> None:
@@ -110,13 +112,13 @@ def test_gemm_transposed_scaled_pad_and_casts(tmp_path) -> None:
 
 
 def test_unsupported_ops_are_listed_together(tmp_path) -> None:
-    nodes = [helper.make_node("Einsum", ["x", "x"], ["e"], equation="ij,jk->ik"),
+    nodes = [helper.make_node("Unique", ["x"], ["e"]),
              helper.make_node("NonZero", ["e"], ["y"])]  # fmt: skip
     path = tmp_path / "bad.onnx"
     onnx.save(_graph(nodes, [_vi("x", [2, 2])], [_vi("y", None)]), str(path))
-    with pytest.raises(UnsupportedError, match="cannot convert yet: Einsum, NonZero") as info:
+    with pytest.raises(UnsupportedError, match="cannot convert yet: NonZero, Unique") as info:
         capture(path)
-    assert info.value.ops == ["Einsum", "NonZero"]
+    assert info.value.ops == ["NonZero", "Unique"]
 
 
 def test_bad_onnx_paths(tmp_path) -> None:
@@ -126,6 +128,134 @@ def test_bad_onnx_paths(tmp_path) -> None:
     junk.write_bytes(b"not a protobuf at all")
     with pytest.raises(InputError, match="is not an ONNX model"):
         capture(junk)
+
+
+def _conv_model() -> onnx.ModelProto:
+    w = numpy_helper.from_array(
+        np.random.default_rng(0).standard_normal((8, 3, 3, 3)).astype(np.float32), "w"
+    )
+    nodes = [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])]
+    return _graph(nodes, [_vi("x", [1, 3, 8, 8])], [_vi("y", None)], [w])
+
+
+@pytest.mark.parametrize("kind", ["empty", "truncated", "random", "corrupted", "directory"])
+def test_bad_onnx_files_raise_input_errors(tmp_path, kind: str) -> None:
+    good = _conv_model().SerializeToString()
+    path = tmp_path / "bad.onnx"
+    if kind == "directory":
+        path.mkdir()
+    else:
+        noise = np.random.default_rng(1).bytes(300)
+        data = {"empty": b"", "truncated": good[: len(good) // 2], "random": noise,
+                "corrupted": good[:20] + b"\xff" * 40 + good[60:]}[kind]  # fmt: skip
+        path.write_bytes(data)
+    with pytest.raises(InputError, match="bad.onnx") as info:
+        pathweave.optimize(path, torch.randn(1, 3, 8, 8), strategy="sequential")
+    assert "empty" in str(info.value) if kind == "empty" else True
+
+
+def test_wrong_inputs_name_the_input_and_what_it_expects(tmp_path) -> None:
+    path = tmp_path / "conv.onnx"
+    onnx.save(_conv_model(), str(path))
+    x = torch.randn(1, 3, 8, 8)
+    with pytest.raises(InputError, match=r"takes 1 inputs \('x': float32 \[1, 3, 8, 8\]\); 2 were given"):
+        pathweave.optimize(path, x, x, strategy="sequential")
+    with pytest.raises(
+        InputError,
+        match=r"input 0 \('x'\) must be a tensor of float32 \[1, 3, 8, 8\]; got float32 \[1, 3, 9, 8\]",
+    ):
+        pathweave.optimize(path, torch.randn(1, 3, 9, 8), strategy="sequential")
+    with pytest.raises(InputError, match=r"got float64 \[1, 3, 8, 8\]"):
+        pathweave.optimize(path, x.double(), strategy="sequential")
+    with pytest.raises(InputError, match="got a ndarray"):
+        onnx_module(path, (x.numpy(),))
+
+
+def _external_model(tmp_path, location: str):
+    model = _conv_model()
+    init = model.graph.initializer[0]
+    data = init.raw_data or numpy_helper.to_array(init).tobytes()
+    init.ClearField("float_data")
+    init.ClearField("raw_data")
+    init.data_location = TensorProto.EXTERNAL
+    init.external_data.add(key="location", value=location)
+    init.external_data.add(key="length", value=str(len(data)))
+    path = tmp_path / "ext.onnx"
+    onnx.save(model, str(path))
+    return path, data
+
+
+def test_external_data_is_read_only_from_the_model_folder(tmp_path) -> None:
+    path, data = _external_model(tmp_path, "weights.bin")
+    (tmp_path / "weights.bin").write_bytes(data)
+    gm, _ = onnx_module(path, (torch.randn(1, 3, 8, 8),))  # checked against ONNX Runtime too
+    for location in ["/etc/passwd", "../weights.bin", "sub/../../weights.bin"]:
+        path, _ = _external_model(tmp_path, location)
+        with pytest.raises(InputError, match="outside the model's folder"):
+            onnx_module(path, (torch.randn(1, 3, 8, 8),))
+    path, _ = _external_model(tmp_path, "missing.bin")
+    with pytest.raises(InputError, match="missing"):
+        onnx_module(path, (torch.randn(1, 3, 8, 8),))
+
+
+def test_crosscheck_switch(tmp_path, monkeypatch) -> None:
+    from pathweave.capture.onnx import crosscheck_enabled
+
+    assert crosscheck_enabled(None) and not crosscheck_enabled(False)
+    monkeypatch.setenv("PATHWEAVE_ONNX_CROSSCHECK", "0")
+    assert not crosscheck_enabled(None) and crosscheck_enabled(True)
+
+
+def test_a_raw_exception_in_a_converter_becomes_unsupported_naming_the_node(tmp_path, monkeypatch) -> None:
+    from pathweave.capture import onnx_ops
+
+    def broken(n):
+        raise KeyError("something")
+
+    monkeypatch.setitem(onnx_ops.CONVERTERS, "Relu", (broken, frozenset()))
+    path = tmp_path / "relu.onnx"
+    nodes = [helper.make_node("Relu", ["x"], ["y"], name="act1")]
+    onnx.save(_graph(nodes, [_vi("x", [2])], [_vi("y", None)]),
+              str(path))  # fmt: skip
+    with pytest.raises(UnsupportedError, match="Relu node 'act1': cannot convert it \\(KeyError") as info:
+        onnx_module(path, (torch.randn(2),))
+    assert isinstance(info.value.__cause__, KeyError)
+
+
+def test_unknown_attributes_and_non_constant_shapes_are_refused(tmp_path) -> None:
+    path = tmp_path / "m.onnx"
+    nodes = [helper.make_node("Relu", ["x"], ["y"], name="r", bogus=1)]
+    onnx.save(_graph(nodes, [_vi("x", [2])], [_vi("y", None)]), str(path))
+    with pytest.raises(UnsupportedError, match="Relu node 'r': attribute bogus is not supported"):
+        onnx_module(path, (torch.randn(2),), crosscheck=False)
+    nodes = [helper.make_node("Reshape", ["x", "s"], ["y"], name="rs")]
+    onnx.save(
+        _graph(nodes, [_vi("x", [2, 3]), _vi("s", [2], TensorProto.INT64)], [_vi("y", None)]), str(path)
+    )
+    with pytest.raises(UnsupportedError, match="Reshape node 'rs': needs a constant shape"):
+        onnx_module(path, (torch.randn(2, 3), torch.tensor([3, 2])), crosscheck=False)
+
+
+def test_semantics_onnx_keeps_without_onnxruntime(tmp_path) -> None:
+    """Cases that were wrong with the cross-check off: integer Div truncates, int Pow stays int,
+    1-d and SAME-padded pools, dilated average pools, LayerNormalization's extra outputs."""
+    ints = [helper.make_node("Div", ["a", "b"], ["q"]), helper.make_node("Pow", ["a", "f"], ["p"])]
+    i32 = TensorProto.INT32
+    model = _graph(ints, [_vi("a", [4], i32), _vi("b", [4], i32), _vi("f", [4])],
+                   [_vi("q", None, i32), _vi("p", None, i32)])  # fmt: skip
+    a, b = np.array([-7, 7, -8, 9], np.int32), np.array([2, -2, 3, 4], np.int32)
+    _check(tmp_path, model, a, b, np.array([0.5, 1.0, 1.0, 2.0], np.float32))
+    pools = [
+        helper.make_node("MaxPool", ["x"], ["m"], kernel_shape=[3], auto_pad="SAME_UPPER", strides=[2]),
+        helper.make_node("AveragePool", ["x"], ["v"], kernel_shape=[2], dilations=[2], pads=[1, 0]),
+    ]
+    model = _graph(pools, [_vi("x", [1, 2, 9])], [_vi("m", None), _vi("v", None)])
+    model.opset_import[0].version = 19
+    _check(tmp_path, model, np.random.default_rng(2).standard_normal((1, 2, 9)).astype(np.float32))
+    ln = [helper.make_node("LayerNormalization", ["x", "s"], ["y", "mean", "rstd"], axis=1)]
+    scale = numpy_helper.from_array(np.ones((3, 4), np.float32), "s")
+    model = _graph(ln, [_vi("x", [2, 3, 4])], [_vi("y", None), _vi("mean", None), _vi("rstd", None)], [scale])
+    _check(tmp_path, model, np.random.default_rng(3).standard_normal((2, 3, 4)).astype(np.float32))
 
 
 def test_cli_analyze_an_onnx_file(tmp_path, capsys) -> None:

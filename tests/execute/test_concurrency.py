@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
+import torch.utils._pytree as pytree
 
 import pathweave
 from pathweave import zoo
@@ -44,10 +45,20 @@ def hammer(fn, inputs: list[torch.Tensor], calls: int, threads: int = 32) -> int
     def one(i: int) -> bool:
         if i < threads:
             start.wait()  # all threads in flight together at least once
-        return torch.equal(fn(inputs[i % len(inputs)]), want[i % len(inputs)])
+        return _equal(fn(inputs[i % len(inputs)]), want[i % len(inputs)])
 
     with ThreadPoolExecutor(threads) as pool:
         return sum(not ok for ok in pool.map(one, range(calls)))
+
+
+def _equal(got: object, want: object) -> bool:
+    """Bitwise equal, over every tensor of nested outputs (NaN equal to NaN)."""
+    got_flat, got_spec = pytree.tree_flatten(got)
+    want_flat, want_spec = pytree.tree_flatten(want)
+    return got_spec == want_spec and all(
+        torch.equal(g, w) or torch.equal(g.nan_to_num(), w.nan_to_num()) and torch.equal(g.isnan(), w.isnan())
+        for g, w in zip(got_flat, want_flat, strict=True)
+    )
 
 
 @pytest.mark.parametrize("strategy", CPU_STRATEGIES)
