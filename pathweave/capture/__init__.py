@@ -37,12 +37,16 @@ def capture(
 
     ``model`` is an ``nn.Module``, a ``torch.export.ExportedProgram`` or a path to a ``.pt2`` or
     ``.onnx`` file (ONNX graphs are converted to ATen ops first; see ``capture.onnx``).
-    ``method`` is "auto" (export, then fx), "export" or "fx".
+    ``method`` is "auto" (export, then fx), "export" or "fx". For ``.onnx`` files, ``crosscheck=False``
+    skips the comparison with onnxruntime.
     """
     if isinstance(model, (str, os.PathLike)) and Path(model).suffix == ".onnx":
         from .onnx import onnx_module
 
-        gm, onnx_inputs = onnx_module(Path(model), tuple(inputs) or None)
+        crosscheck = kwargs.pop("crosscheck", None)  # against onnxruntime (see capture.onnx)
+        if kwargs:
+            raise InputError(f"{Path(model).name}: ONNX models take positional inputs, not {sorted(kwargs)}")
+        gm, onnx_inputs = onnx_module(Path(model), tuple(inputs) or None, crosscheck=crosscheck)
         return capture(gm, *onnx_inputs, name=name or Path(model).stem, method=method, check=check)
     if isinstance(model, (str, os.PathLike)):
         name = name or Path(model).stem
