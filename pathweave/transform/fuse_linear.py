@@ -2,7 +2,8 @@
 
 On x86 oneDNN's fp32 linear runs its own AVX-512/AVX2 kernels; ``aten.linear`` goes to MKL, which on
 the AMD EPYC machines we measure on ran a 128x768x3072 linear at 7.5 ms against oneDNN's 3.4 ms
-(one thread). The activation that follows (relu, gelu, ...) runs in oneDNN's epilogue.
+(one thread). The activation that follows (gelu, tanh, ...) runs in oneDNN's epilogue; ReLU does not,
+as oneDNN's ReLU maps NaN to 0 (see ``fuse_conv``).
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ import torch.fx
 from .util import aten, constant
 
 _mkldnn = torch.ops.mkldnn
-#: activations oneDNN fuses into a linear, by its attr name
-_UNARY = {aten.relu.default: "relu", aten.sigmoid.default: "sigmoid", aten.tanh.default: "tanh",
-          aten.silu.default: "swish", aten.gelu.default: "gelu"}  # fmt: skip
+#: activations oneDNN fuses into a linear with eager's NaN and inf, by its attr name
+_UNARY = {aten.sigmoid.default: "sigmoid", aten.tanh.default: "tanh", aten.silu.default: "swish",
+          aten.gelu.default: "gelu"}  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -80,8 +80,8 @@ MATMUL_MIN_ROWS, MATMUL_MIN_FEATURES = 128, 128
 #: nothing); their row pieces start on even rows (whole pairs), hold at least WINOGRAD_MIN_BLOCKS 2x2
 #: blocks (or half the rows, whichever is fewer) and span every output channel, so that each input
 #: transform is built once: 14x14 layers split by channels had both workers build it (ResNet-50 A/B
-#: 0.94-0.99x for two row pieces instead). An infinite input value comes out as NaN (the transforms
-#: subtract it from itself); WINOGRAD_MIN_CHANNELS = 10**9 keeps every 3x3 layer direct
+#: 0.94-0.99x for two row pieces instead). Blocks whose input holds an infinity are computed directly
+#: (the transforms would subtract it from itself); WINOGRAD_MIN_CHANNELS = 10**9 keeps every 3x3 layer direct
 WINOGRAD_MIN_CHANNELS, WINOGRAD_MIN_WIDTH = 32, 14
 WINOGRAD_MIN_BLOCKS = 28
 #: ops whose tiles line up one to one with those of their same-shaped producer by default

@@ -1,4 +1,4 @@
-"""fuse_conv: conv2d (+ residual add) (+ activation) as one oneDNN kernel with prepacked weights."""
+"""fuse_conv: conv2d (+ residual add) (+ activation but ReLU) as one oneDNN kernel with prepacked weights."""
 
 from __future__ import annotations
 
@@ -97,24 +97,31 @@ def _targets(gm) -> list:
     return [n.target for n in gm.graph.nodes if n.op == "call_function"]
 
 
-def test_conv_relu() -> None:
+def test_conv_relu_keeps_its_relu() -> None:
+    """oneDNN's ReLU post-op maps NaN to 0 where torch.relu keeps it: the ReLU stays outside."""
     captured, x = _capture(ConvRelu(), (2, 3, 8, 8))
     matches = fuse_conv.propose(captured.gm)
-    assert matches == [FuseConv("conv2d", None, None, "relu", "relu")]
+    assert matches == [FuseConv("conv2d", None, None, None, "none")]
     gm = _fused(captured, matches)
-    assert _targets(gm) == [_mkldnn._convolution_pointwise.default]
+    assert _targets(gm) == [_mkldnn._convolution_pointwise.default, torch.ops.aten.relu.default]
     _assert_same(gm, captured, x)
+    x[0, 0, 3, 3] = float("nan")
+    with torch.no_grad():
+        (got,), (want,) = gm(x), captured.gm(x)
+    assert want.isnan().any() and torch.equal(got.isnan(), want.isnan())
 
 
 def test_residual_add_is_fused() -> None:
     captured, x = _capture(Residual(), (1, 4, 8, 8))
     matches = fuse_conv.propose(captured.gm)
     assert matches == [
-        FuseConv("conv2d", None, None, "relu", "relu"),
-        FuseConv("conv2d_1", "add", "x", "relu_1", "relu"),
+        FuseConv("conv2d", None, None, None, "none"),
+        FuseConv("conv2d_1", "add", "x", None, "none"),
     ]
     gm = _fused(captured, matches)
-    assert _targets(gm) == [_mkldnn._convolution_pointwise.default, _mkldnn._convolution_pointwise.binary]
+    relu = torch.ops.aten.relu.default
+    assert _targets(gm) == [_mkldnn._convolution_pointwise.default, relu,
+                            _mkldnn._convolution_pointwise.binary, relu]  # fmt: skip
     _assert_same(gm, captured, x)
 
 
@@ -122,13 +129,14 @@ def test_add_of_two_convs_is_fused_once() -> None:
     captured, x = _capture(AddOfTwoConvs(), (1, 4, 8, 8))
     matches = fuse_conv.propose(captured.gm)
     assert matches == [
-        FuseConv("conv2d", "add", "conv2d_1", "relu", "relu"),
+        FuseConv("conv2d", "add", "conv2d_1", None, "none"),
         FuseConv("conv2d_1", None, None, None, "none"),
     ]
     gm = _fused(captured, matches)
     assert sorted(map(str, _targets(gm))) == sorted(
-        map(str, [_mkldnn._convolution_pointwise.default, _mkldnn._convolution_pointwise.binary])
-    )
+        map(str, [_mkldnn._convolution_pointwise.default, _mkldnn._convolution_pointwise.binary,
+                  torch.ops.aten.relu.default])
+    )  # fmt: skip
     _assert_same(gm, captured, x)
 
 

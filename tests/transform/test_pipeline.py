@@ -52,7 +52,7 @@ def test_reports_and_outputs(block) -> None:
     gm.graph.lint()
     ops = {str(n.target) for n in gm.graph.nodes if n.op == "call_function"}
     assert ops == {"aten.clone.default", "mkldnn._convolution_pointwise.default",
-                   "mkldnn._convolution_pointwise.binary"}  # fmt: skip
+                   "mkldnn._convolution_pointwise.binary", "aten.relu.default"}  # fmt: skip
     # the original and folded-but-unpacked weights are gone: packed weights and folded biases stay
     buffers = {name for name, _ in gm.named_buffers()}
     assert buffers == {"conv2d_packed", "conv2d_b", "conv2d_1_packed", "conv2d_1_b"}

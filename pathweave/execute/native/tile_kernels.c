@@ -29,8 +29,9 @@ static inline void activate(float *d, int64_t n, int act) {
     case PW_ACT_RELU:
         for (int64_t i = 0; i < n; i++) d[i] = ((d[i] > 0.0f) | (d[i] != d[i])) ? d[i] : 0.0f; /* NaN stays */
         break;
-    case PW_ACT_GELU:
-        for (int64_t i = 0; i < n; i++) d[i] = 0.5f * d[i] * (1.0f + erff(d[i] * 0.70710678118654752f));
+    case PW_ACT_GELU: /* +-inf gives NaN, as torch's vectorised CPU GELU does (its scalar tail: +inf) */
+        for (int64_t i = 0; i < n; i++)
+            d[i] = fabsf(d[i]) == INFINITY ? NAN : 0.5f * d[i] * (1.0f + erff(d[i] * 0.70710678118654752f));
         break;
     case PW_ACT_TANH:
         for (int64_t i = 0; i < n; i++) d[i] = tanhf(d[i]);

@@ -96,7 +96,8 @@ int pw_pool3_s1(const float *xc, int64_t RS, int64_t H, int64_t W, float *oc, in
  * group, padding 0 or 1; S_WPACK holds U = G g G^T per point of the transform (16 blocks of panels of
  * PW_MR output channels, each k-major over the input channels). Output rows [oh0, oh1), channels
  * [o0, o1) of image n; xn, on, rn (or NULL): the image's input, output and residual; bias and a ReLU
- * (S_ACT) applied in the store, other activations left to the caller. */
+ * (S_ACT) applied in the store, other activations left to the caller. 2x2 blocks whose input holds +-inf
+ * are computed directly from the weights as they are (S_W), as eager's sums give them. */
 void pw_conv_winograd(const int64_t *L, const float *xn, float *scratch, int64_t stamp, int64_t n, int64_t oh0,
                       int64_t oh1, int64_t o0, int64_t o1, float *on, const float *rn);
 

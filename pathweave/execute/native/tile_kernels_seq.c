@@ -98,10 +98,11 @@ static inline float erf_approx(float x) {
     return copysignf(1.0f - p * t * exp_approx(-a * a), x);
 }
 
-/* GELU's tanh form as x * sigmoid(2u) (the same function: 0.5 (1 + tanh u) = sigmoid(2u)) */
+/* GELU's tanh form as x * sigmoid(2u) (the same function: 0.5 (1 + tanh u) = sigmoid(2u)); -inf gives
+ * NaN as torch's 0.5 x (1 + tanh u) does (-inf * 0), where the clamped e^x would give -inf */
 static inline float gelu_tanh(float x) {
     const float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
-    return x / (1.0f + exp_approx(-2.0f * u));
+    return x == -INFINITY ? NAN : x / (1.0f + exp_approx(-2.0f * u));
 }
 
 PW_CLONES static void act_row(float *d, int64_t n, int act) {
@@ -109,8 +110,11 @@ PW_CLONES static void act_row(float *d, int64_t n, int act) {
     case PW_ACT_RELU:
         for (int64_t i = 0; i < n; i++) d[i] = d[i] > 0.0f || d[i] != d[i] ? d[i] : 0.0f; /* NaN stays */
         break;
-    case PW_ACT_GELU:
-        for (int64_t i = 0; i < n; i++) d[i] = 0.5f * d[i] * (1.0f + erf_approx(d[i] * 0.70710678118654752f));
+    case PW_ACT_GELU: /* +-inf gives NaN, as torch's vectorised CPU GELU does (its scalar tail: +inf) */
+        for (int64_t i = 0; i < n; i++) {
+            const float y = 0.5f * d[i] * (1.0f + erf_approx(d[i] * 0.70710678118654752f));
+            d[i] = fabsf(d[i]) == INFINITY ? NAN : y;
+        }
         break;
     case PW_ACT_TANH:
         for (int64_t i = 0; i < n; i++) d[i] = tanhf(d[i]);

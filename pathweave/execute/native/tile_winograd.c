@@ -16,7 +16,14 @@
  * each point's block PW_WINO_SKEW floats longer than its matrix: the transforms touch all 16 points at
  * once, and points a multiple of 4 KB apart fell into one L1 set (ResNet-50's 56x56 layer in tiles of 8
  * rows, 28 KB apart: 2.5 ms against 1.0 ms).
+ *
+ * An infinite input would come out as NaN: the transforms subtract it from itself, where the direct sum
+ * gives eager's +-inf. So the input transform also notes whether the tile's input rows hold an infinity
+ * (one integer scan of rows it has just read), and where they do, the 2x2 blocks whose 4x4 input block
+ * holds one are computed again directly. NaN needs nothing: each point of the transforms reaches exactly
+ * the outputs whose 3x3 windows hold the input it came from, and NaN stays NaN through sums.
  */
+#include <stdint.h>
 #include <string.h>
 
 #include "tile_gemm.h"
@@ -116,6 +123,67 @@ PW_HOT static void store_row(float *restrict d, const float *restrict y, const f
         for (int64_t q = 0; q < n; q++) d[q] = ((d[q] > 0.0f) | (d[q] != d[q])) ? d[q] : 0.0f; /* NaN stays */
 }
 
+/* whether any of n floats is +-inf; integer compares, so that it vectorises and NaN does not count */
+PW_HOT static int any_inf(const float *x, int64_t n) {
+    uint32_t hit = 0;
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, x + i, sizeof u);
+        hit |= (u & 0x7fffffffu) == 0x7f800000u;
+    }
+    return hit != 0;
+}
+
+/* whether the input block of the 2x2 outputs at (oh, ow) holds an infinity: rows [oh - ph, oh - ph + 4)
+ * below r_hi (the tile's window), columns [ow - pw, ow - pw + 4), of any channel */
+static int block_has_inf(const float *xn, int64_t C, int64_t H, int64_t W, int64_t ih, int64_t iw,
+                         int64_t r_hi) {
+    const int64_t end = H < r_hi ? H : r_hi;
+    const int64_t r0 = ih < 0 ? 0 : ih, r1 = ih + 4 < end ? ih + 4 : end;
+    const int64_t c0 = iw < 0 ? 0 : iw, c1 = iw + 4 < W ? iw + 4 : W;
+    for (int64_t c = 0; c < C; c++)
+        for (int64_t r = r0; r < r1; r++)
+            if (any_inf(xn + (c * H + r) * W + c0, c1 - c0)) return 1;
+    return 0;
+}
+
+/* output (oh, ow) of channels [o0, o1) as the direct sum over the 3x3 window, then bias, residual and a
+ * ReLU that keeps NaN, as store_row does; w: the layer's weights [O][C][3][3] */
+static void direct_point(const int64_t *L, const float *xn, int64_t oh, int64_t ow, int64_t o0, int64_t o1,
+                         float *on, const float *rn) {
+    const int64_t C = L[S_XSHAPE + 1], H = L[S_XSHAPE + 2], W = L[S_XSHAPE + 3];
+    const int64_t plane = L[S_OSHAPE + 2] * L[S_OSHAPE + 3], at = oh * L[S_OSHAPE + 3] + ow;
+    const float *w = (const float *)(intptr_t)L[S_W], *bias = (const float *)(intptr_t)L[S_BIAS];
+    for (int64_t o = o0; o < o1; o++) {
+        float acc = 0.0f;
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t u = 0; u < 3; u++) {
+                const int64_t ih = oh - L[S_PH] + u;
+                for (int64_t v = 0; v < 3 && ih >= 0 && ih < H; v++) {
+                    const int64_t iw = ow - L[S_PW] + v;
+                    if (iw >= 0 && iw < W) acc += w[((o * C + c) * 3 + u) * 3 + v] * xn[(c * H + ih) * W + iw];
+                }
+            }
+        float y = acc + (bias ? bias[o] : 0.0f);
+        if (rn) y += rn[o * plane + at];
+        if (L[S_ACT] == PW_ACT_RELU) y = ((y > 0.0f) | (y != y)) ? y : 0.0f;
+        on[o * plane + at] = y;
+    }
+}
+
+/* the 2x2 blocks of output rows [oh0, oh1) whose input block holds an infinity, computed directly */
+static void redo_inf_blocks(const int64_t *L, const float *xn, int64_t oh0, int64_t oh1, int64_t o0, int64_t o1,
+                            float *on, const float *rn) {
+    const int64_t C = L[S_XSHAPE + 1], H = L[S_XSHAPE + 2], W = L[S_XSHAPE + 3], OW = L[S_OSHAPE + 3];
+    const int64_t r_hi = oh1 - L[S_PH] + 2;
+    for (int64_t oh = oh0; oh < oh1; oh += 2)
+        for (int64_t ow = 0; ow < OW; ow += 2) {
+            if (!block_has_inf(xn, C, H, W, oh - L[S_PH], ow - L[S_PW], r_hi)) continue;
+            for (int64_t h = oh; h < oh + 2 && h < oh1; h++)
+                for (int64_t q = ow; q < ow + 2 && q < OW; q++) direct_point(L, xn, h, q, o0, o1, on, rn);
+        }
+}
+
 #if defined(__x86_64__) && defined(__GNUC__)
 #include "tile_simd.h"
 
@@ -202,11 +270,15 @@ void pw_conv_winograd(const int64_t *L, const float *xn, float *scratch, int64_t
     if (memcmp(key, want, sizeof want)) {
         /* the input rows the tile's window reads: [oh0 - ph, oh1 - ph + 2) */
         const int64_t ih0 = oh0 - ph, r_hi = oh1 - ph + 2;
+        const int64_t a = ih0 < 0 ? 0 : ih0, b = r_hi < H ? r_hi : H;
+        int64_t inf = 0;
         for (int64_t c = 0; c < C; c++) {
             split_rows(xn + c * H * W, H, W, ih0, R, r_hi, pw, TW, s);
             transform_input(s, pairs, TW, v + c * T, vs, t);
+            if (!inf && b > a) inf = any_inf(xn + (c * H + a) * W, (b - a) * W);
         }
         memcpy(key, want, sizeof want);
+        key[6] = inf; /* kept with the transform: tiles of other channels read both */
     }
     const int relu = L[S_ACT] == PW_ACT_RELU;
     const float *w0 = wp + (o0 / PW_TR) * C * PW_TR;
@@ -216,6 +288,7 @@ void pw_conv_winograd(const int64_t *L, const float *xn, float *scratch, int64_t
             pw_gemm_packed_t_sums(rows, T, C, w0 + pt * panels * C * PW_TR, skip, v + pt * vs, T, m + pt * ms);
         output_wide(m, ms, tld, skip, rows, pairs, TW, oh0, oh1, OW, OH * OW, on + o0 * OH * OW,
                     rn ? rn + o0 * OH * OW : NULL, bias ? bias + o0 : NULL, relu);
+        if (key[6]) redo_inf_blocks(L, xn, oh0, oh1, o0, o1, on, rn);
         return;
     }
 #endif
@@ -233,4 +306,5 @@ void pw_conv_winograd(const int64_t *L, const float *xn, float *scratch, int64_t
             if (oh + 1 < oh1) store_row(oc + (oh + 1) * OW, y1, rc ? rc + (oh + 1) * OW : NULL, b, OW, relu);
         }
     }
+    if (key[6]) redo_inf_blocks(L, xn, oh0, oh1, o0, o1, on, rn);
 }
