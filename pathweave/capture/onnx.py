@@ -107,6 +107,9 @@ def _structure_problem(model: Any) -> str | None:
         return "it has no graph outputs"
     if not any(o.domain in ("", "ai.onnx") for o in model.opset_import):
         return "it imports no ONNX opset"
+    bad = next((text for text in _names(model) if not isinstance(text, str)), None)
+    if bad is not None:  # protobuf hands back bytes where a string field is not UTF-8
+        return f"the name or op type {bad!r} is not UTF-8 text"
     known = {i.name for i in model.graph.input} | {i.name for i in model.graph.initializer}
     for node in model.graph.node:
         if not node.op_type:
@@ -117,6 +120,16 @@ def _structure_problem(model: Any) -> str | None:
         known.update(node.output)
     undefined = [o.name for o in model.graph.output if o.name not in known]
     return f"graph output {undefined[0]!r} is computed by no node" if undefined else None
+
+
+def _names(model: Any) -> list[Any]:
+    """Every name, op type and domain of the main graph (what the converter reads as text)."""
+    g = model.graph
+    out = [v.name for v in (*g.input, *g.output, *g.initializer)]
+    for node in g.node:
+        out += [node.op_type, node.domain, node.name, *node.input, *node.output]
+        out += [a.name for a in node.attribute]
+    return out
 
 
 def _all_tensors(graph: Any) -> list[Any]:

@@ -15,6 +15,7 @@ import torch
 import torch.fx
 
 from ..capture.graph import attr_value
+from ..errors import UnsupportedError
 
 _LITERALS = (int, bool, str, type(None))
 
@@ -125,7 +126,7 @@ def _call(gm: torch.fx.GraphModule, node: torch.fx.Node, b: _Binder) -> str:
         self_arg, *rest = [b.render(a) for a in node.args]
         rest += [f"{k}={b.render(v)}" for k, v in node.kwargs.items()]
         return f"{self_arg}.{node.target}({', '.join(rest)})"
-    raise ValueError(f"cannot generate code for {node.format_node()}")
+    raise UnsupportedError(f"cannot generate code for {node.format_node()}")
 
 
 def _bind_attrs(gm: torch.fx.GraphModule, b: _Binder, lines: list[str]) -> None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ..errors import PlanError
+from ..errors import InputError, PlanError
 from ..transform.tile_graph import MAX_DIMS, TileGraph
 
 #: floats a block is aligned to (64 bytes)
@@ -89,7 +89,7 @@ def plan_buffers(graph: TileGraph, keep: set[int], distance: int = DISTANCE) -> 
     """Place every layer's output in one arena. Layers in ``keep`` (read after the run: the graph's
     outputs) are never released. Returns the offsets and the graph with the edges that make reuse safe."""
     if distance < 1:
-        raise ValueError(f"distance must be >= 1, not {distance}")
+        raise InputError(f"distance must be >= 1, not {distance}")
     n = graph.num_layers
     sizes = [int(np.prod(graph.layer_shapes[i])) for i in range(n)]
     padded = [-(-s // ALIGN) * ALIGN for s in sizes]

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import ExecutionError
+from ..errors import ExecutionError, InputError
 from ..report.timeline import Span
 from ..transform.tile_graph import TileGraph
 from .tile_program import S_PROFILE, TileProgram
@@ -32,7 +32,7 @@ def profile_layers(
     """Run ``run`` (one inference of ``program``) ``runs`` times with the kernels timing themselves;
     returns each layer's kernel time per inference, in the program's layer order."""
     if runs < 1:
-        raise ValueError(f"runs must be >= 1, not {runs}")
+        raise InputError(f"runs must be >= 1, not {runs}")
     counters = np.zeros((len(program.layers), 2), dtype=np.int64)
     program.layers[:, S_PROFILE] = counters.ctypes.data + 16 * np.arange(len(program.layers))
     try:

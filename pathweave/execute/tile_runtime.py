@@ -310,7 +310,7 @@ def use_gemm_isa(isa: str) -> None:
     """Run the convolution micro-kernels of ``isa`` from now on, in every runtime of this process (tests
     of the paths the CPU would not pick)."""
     if isa not in GEMM_ISAS:
-        raise ValueError(f"unknown micro-kernel set {isa!r}; known: {', '.join(GEMM_ISAS)}")
+        raise InputError(f"unknown micro-kernel set {isa!r}; known: {', '.join(GEMM_ISAS)}")
     if _library().pw_gemm_force(isa.encode()):
         raise UnsupportedError(f"this CPU cannot run the {isa} micro-kernels")
 

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from ..capture.graph import Captured
+from ..errors import InputError
 from .tile_profile import profile_layers
 from .tiles import TilesStrategy
 
@@ -48,7 +49,7 @@ def tune_tiles(
     """The fastest strategy found and its ``tile_scale``: the ``layers`` costliest layers, each count
     scaled by every factor in turn. Trials whose tile count would not change are skipped."""
     if rounds < 1 or layers < 0:
-        raise ValueError(f"rounds must be >= 1 and layers >= 0, not {rounds} and {layers}")
+        raise InputError(f"rounds must be >= 1 and layers >= 0, not {rounds} and {layers}")
     inputs = list(captured.example_inputs)
     best = TilesStrategy(captured, threads=threads)
     names = list(best.graph.layer_names)

@@ -18,6 +18,7 @@ import torch
 import torch.fx
 
 from ..capture.graph import Captured, attr_value
+from ..errors import UnsupportedError
 from ..execute.lanes import handoff_queues, lane_assignment, queues_fed_by, refuse_inplace
 from ..schedule.plan import LanePlan
 
@@ -110,7 +111,7 @@ def _render(arg: Any) -> str:
         return str(arg)
     if isinstance(arg, torch.device):
         return f"torch.device({str(arg)!r})"
-    raise TypeError(f"cannot write {type(arg).__name__} {arg!r} as source")
+    raise UnsupportedError(f"cannot write {type(arg).__name__} {arg!r} as source")
 
 
 def _target(node: torch.fx.Node) -> str:
@@ -121,7 +122,9 @@ def _target(node: torch.fx.Node) -> str:
     if packet is not None:  # torch.ops.<namespace>.<op>.<overload>
         ns = t.namespace if hasattr(t, "namespace") else t.__module__.rsplit(".", 1)[-1]
         return f"torch.ops.{ns}.{packet.__name__}.{t._overloadname}"
-    raise TypeError(f"codegen writes ATen graphs (torch.export captures); {node.format_node()} is not one")
+    raise UnsupportedError(
+        f"codegen writes ATen graphs (torch.export captures); {node.format_node()} is not one"
+    )
 
 
 def _line(node: torch.fx.Node) -> str:

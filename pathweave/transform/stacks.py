@@ -17,6 +17,7 @@ import torch
 import torch.fx
 
 from ..capture.graph import attr_value
+from ..errors import PlanError
 from .stack_kernel import Elementwise, Pool, StackModule, Step, plan_sequences
 from .util import BN_PLAIN, BN_TUPLE, bn_args, bn_output, inference_bn
 
@@ -111,7 +112,7 @@ def _output(node: torch.fx.Node) -> torch.fx.Node:
     """The node carrying a layer's tensor: the layer itself, or its ``[0]`` for ops returning tuples."""
     out = bn_output(node)
     if out is None:  # _layer takes a batch norm only where its getitem 0 is its one reader
-        raise ValueError(f"{node.format_node()}: a batch norm tuple read other than by one getitem 0")
+        raise PlanError(f"{node.format_node()}: a batch norm tuple read other than by one getitem 0")
     return out
 
 
