@@ -264,3 +264,22 @@ def test_cli_analyze_an_onnx_file(tmp_path, capsys) -> None:
     assert cli.main(["analyze", str(path), "--json", str(out)]) == 0
     d = json.loads(out.read_text())
     assert d["model"] == "squeezenet1_0" and d["nodes"] > 50 and d["parallelism"] < 1
+
+
+@pytest.mark.parametrize("op", ["AveragePool", "MaxPool"])
+def test_ceil_mode_pool_whose_last_window_starts_in_the_padding(tmp_path, op: str) -> None:
+    """ONNX's shape inference counts that window, the spec, ONNX Runtime and torch drop it: the pool
+    runs (found by the fuzzer: it was refused as a converter bug)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 3, 5])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    window = {"kernel_shape": [1, 2], "strides": [1, 2], "pads": [0, 1, 0, 1]}
+    node = helper.make_node(op, ["x"], ["y"], ceil_mode=1, **window)
+    path = tmp_path / "ceil.onnx"
+    onnx.save(helper.make_model(helper.make_graph([node], "g", [x], [y]),
+                                opset_imports=[helper.make_opsetid("", 19)]), path)  # fmt: skip
+    inp = torch.rand(1, 1, 3, 5)
+    pool = torch.nn.functional.avg_pool2d if op == "AveragePool" else torch.nn.functional.max_pool2d
+    kwargs = {"count_include_pad": False} if op == "AveragePool" else {}
+    want = pool(inp, (1, 2), (1, 2), (0, 1), ceil_mode=True, **kwargs)
+    got = pathweave.optimize(path, inp, strategy="sequential", crosscheck=False)(inp)[0]
+    torch.testing.assert_close(got, want)
