@@ -115,3 +115,21 @@ def mutates(node: torch.fx.Node, gm: torch.fx.GraphModule | None = None) -> bool
     if node.op == "call_module":
         return getattr(module_of(node, gm), "inplace", False) is True
     return False
+
+
+def shared_mutation(node: torch.fx.Node, gm: torch.fx.GraphModule | None = None) -> bool:
+    """Whether a node writes into a value something else can see: ``mutates``, unless every value it
+    writes is an intermediate that only this node reads (``transform.relu_inplace``'s ``relu_``)."""
+    if not mutates(node, gm):
+        return False
+    schema = getattr(node.target, "_schema", None) if node.op == "call_function" else None
+    if schema is None:
+        return True
+    for arg, value in zip(schema.arguments, node.args, strict=False):
+        if arg.alias_info is None or not arg.alias_info.is_write:
+            continue
+        private = (isinstance(value, torch.fx.Node) and value.op == "call_function"
+                   and list(value.users) == [node])  # fmt: skip
+        if not private:
+            return True
+    return False

@@ -23,7 +23,7 @@ import torch
 import torch.fx
 
 from ..analyze.dag import dag_owners
-from ..analyze.ops import mutates
+from ..analyze.ops import shared_mutation
 from ..errors import ExecutionError, PlanError, UnsupportedError
 from ..schedule.plan import LanePlan
 from .codegen import LaneSource, lane_source
@@ -84,7 +84,7 @@ def queues_fed_by(
 
 def refuse_inplace(gm: torch.fx.GraphModule, name: str = "graph") -> None:
     """Lanes order data edges only; a write into a value another lane reads could land at any time."""
-    inplace = [n for n in gm.graph.nodes if mutates(n, gm)]
+    inplace = [n for n in gm.graph.nodes if shared_mutation(n, gm)]
     if inplace:
         raise UnsupportedError(
             f"{name}: lanes need a functional graph, but node {inplace[0].format_node()} writes into its "

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch.fx
 
-from ..analyze.ops import is_compute, op_kind, op_name
+from ..analyze.ops import is_compute, mutates, op_kind, op_name
 
 #: op kinds cheap enough to recompute
 CHEAP = {"elementwise", "view"}
@@ -32,7 +32,7 @@ def propose(gm: torch.fx.GraphModule, max_growth: float = MAX_GROWTH) -> list[Cl
     candidates = [
         n for n in compute
         if len(n.users) > 1 and op_kind(op_name(n, gm)) in CHEAP and op_name(n, gm) != "getitem"
-        and all(u.op != "output" for u in n.users)
+        and all(u.op != "output" for u in n.users) and not mutates(n, gm)  # two copies would write twice
     ]  # fmt: skip
     for node in sorted(candidates, key=lambda n: -len(n.users)):
         extra = tuple(u.name for u in list(node.users)[1:])

@@ -8,11 +8,13 @@ from types import ModuleType
 import torch.fx
 
 from ..errors import PlanError
-from . import channels_last, fold_bn, fuse_conv, fuse_linear, merge_siblings, prune
+from . import channels_last, fold_bn, fuse_conv, fuse_linear, merge_siblings, prune, relu_inplace
 from .util import drop_unused_constants
 
 #: the sequential fast CPU path
-FAST_CPU: tuple[ModuleType, ...] = (prune, fold_bn, merge_siblings, fuse_conv, fuse_linear, channels_last)
+FAST_CPU: tuple[ModuleType, ...] = (
+    prune, fold_bn, merge_siblings, fuse_conv, fuse_linear, relu_inplace, channels_last
+)
 
 
 @dataclass(frozen=True)
