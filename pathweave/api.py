@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 import time
 import warnings
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -30,13 +31,16 @@ def _captured(model: Any, inputs: tuple, kwargs: dict) -> Captured:
 
 
 def _resolve(model: Any, inputs: tuple) -> tuple[Any, tuple, str | None]:
-    """A zoo name without inputs becomes the zoo model and its example inputs."""
-    if isinstance(model, str) and not inputs:
-        from .zoo.load import load_model
+    """A zoo name (or file) without inputs becomes the model and its example inputs; a zoo name with
+    inputs, the zoo model called on them. Files with inputs are left to ``capture``."""
+    if not isinstance(model, str):
+        return model, inputs, None
+    if inputs and (Path(model).suffix in (".pt2", ".onnx") or Path(model).exists()):
+        return model, inputs, None
+    from .zoo.load import load_model
 
-        loaded = load_model(model)
-        return loaded.model, tuple(loaded.inputs), loaded.name
-    return model, inputs, None
+    loaded = load_model(model)
+    return loaded.model, tuple(inputs) or tuple(loaded.inputs), loaded.name
 
 
 def _recapture(model: Any, kwargs: dict, name: str) -> Any:
@@ -136,8 +140,8 @@ def optimize(
                                 ("tiles", lambda: _tiles(captured))):  # fmt: skip
                 try:
                     built.append(build())
-                except PathweaveError as exc:
-                    why = str(exc).splitlines()[0][:300]  # the first line: tiles list every op they lack
+                except Exception as exc:  # noqa: BLE001 - any failure costs that candidate, loudly
+                    why = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
                     warnings.warn(
                         f"auto: {name} not possible, choosing among the others ({why})", stacklevel=2
                     )

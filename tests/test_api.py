@@ -13,7 +13,7 @@ import torch.fx
 from torch import nn
 
 import pathweave
-from pathweave import errors
+from pathweave import errors, zoo
 from pathweave.analyze import Analysis, analyze_captured
 from pathweave.capture import capture
 
@@ -280,3 +280,14 @@ def test_unknown_device_is_an_input_error() -> None:
     for device in ("tpu", "meta"):
         with pytest.raises(errors.InputError, match="device"):
             pathweave.optimize(lin, torch.randn(2, 8), strategy="sequential", device=device)
+
+
+def test_zoo_name_with_inputs_runs_on_them() -> None:
+    """A zoo name with inputs is the zoo model on those inputs (it was taken for a missing file)."""
+    x = zoo.get("deepfm").example_inputs(2, small=True)
+    fn = pathweave.optimize("deepfm", *x, strategy="sequential")
+    assert fn.captured.example_inputs[0].shape[0] == 2
+    with pytest.raises(errors.UnknownModelError, match="known: googlenet"):
+        pathweave.optimize("squeezenet", torch.randn(1, 3, 32, 32))
+    with pytest.raises(errors.InputError, match="at least 1 block"):
+        pathweave.optimize("poolstack:0")

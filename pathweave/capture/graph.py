@@ -52,6 +52,10 @@ class Captured:
                     f"{self.name}: input {i} has shape {tuple(got.shape)} and dtype {got.dtype}; the graph "
                     f"was captured for {tuple(want.shape)} {want.dtype} (capture again for other shapes)"
                 )
+            if got.layout != torch.strided:
+                raise InputError(
+                    f"{self.name}: input {i} has layout {got.layout}; pass a dense tensor (.to_dense())"
+                )
             if got.device.type != want.device.type:
                 raise InputError(
                     f"{self.name}: input {i} is on {got.device}; the graph was captured on {want.device} "

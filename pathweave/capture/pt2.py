@@ -24,6 +24,12 @@ from .trace import first_line
 
 #: top-level folders of an archive holding native code or formats pathweave does not read
 _CODE_DIRS = ("data/aotinductor/", "data/executorch/", "data/mtia/")
+#: what each folder may hold: name prefixes or suffixes (a legacy ``model.pt`` there would be unpickled)
+_ENTRIES = {"models": (".json",), "data/weights": ("weight_", "_config.json"),
+            "data/constants": ("tensor_", "_config.json"), "data/sample_inputs": (".pt",)}  # fmt: skip
+#: an archive may expand to at most this multiple of its size on disk, plus the slack below (torch
+#: stores entries uncompressed; a larger ratio is a zip bomb)
+MAX_EXPANSION, EXPANSION_SLACK = 4, 64 << 20
 #: plain data files of the archive (read as bytes or JSON, never unpickled)
 _DATA_FILES = ("archive_format", "archive_version", "byteorder", ".data/version", ".data/serialization_id")
 
@@ -47,6 +53,7 @@ def check_archive(path: Path) -> None:
         with zipfile.ZipFile(path) as archive:
             names = archive.namelist()
             root = _root(path, names)
+            _check_size(path, archive)
             for name in names:
                 _check_entry(path, name[len(root):])
             for name in names:
@@ -76,6 +83,16 @@ def _root(path: Path, names: list[str]) -> str:
     return root
 
 
+def _check_size(path: Path, archive: zipfile.ZipFile) -> None:
+    total = sum(info.file_size for info in archive.infolist())
+    limit = MAX_EXPANSION * path.stat().st_size + EXPANSION_SLACK
+    if total > limit:
+        raise InputError(
+            f"{path}: its entries expand to {total >> 20} MiB from {path.stat().st_size >> 20} MiB on "
+            "disk; torch.export.save stores them uncompressed, so this is refused as a zip bomb"
+        )
+
+
 def _check_entry(path: Path, rel: str) -> None:
     parts = PurePosixPath(rel).parts
     if rel.startswith("/") or ".." in parts:
@@ -85,10 +102,15 @@ def _check_entry(path: Path, rel: str) -> None:
             f"{path}: archive entry {rel!r} holds compiled code (AOTInductor or another backend), which "
             "pathweave does not load; save the ExportedProgram alone with torch.export.save"
         )
-    known = rel in _DATA_FILES or rel.startswith(("models/", "data/weights/", "data/constants/",
-                                                  "data/sample_inputs/", "extra/"))  # fmt: skip
-    if not known and not rel.endswith("/"):
-        raise InputError(f"{path}: unexpected archive entry {rel!r}; not a torch.export .pt2 file")
+    if rel in _DATA_FILES or rel.endswith("/") or rel.startswith("extra/"):
+        return
+    folder, _, name = rel.rpartition("/")
+    allowed = _ENTRIES.get(folder)
+    if allowed is None or not name.startswith(allowed) and not name.endswith(allowed):
+        raise InputError(
+            f"{path}: unexpected archive entry {rel!r} (legacy pickled weights, or not a torch.export "
+            ".pt2 file); save the program again with torch.export.save from torch >= 2.8"
+        )
 
 
 def _check_config(path: Path, rel: str, raw: bytes) -> None:

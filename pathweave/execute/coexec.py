@@ -27,7 +27,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from ..capture import Captured, capture
-from ..errors import ExecutionError, InputError
+from ..errors import ClosedError, ExecutionError, InputError
 from .tile_runtime import TileRuntime
 from .tile_union import TilePart, TileUnion, make_part, union
 from .tiles import TilesStrategy
@@ -63,7 +63,8 @@ class CoExecutor:
     engine 0). ``slots``: requests of one model in one run. Use it as a context manager, or ``close()``."""
 
     def __init__(self, workers: int | None = None, slots: int = 4, max_unions: int = MAX_UNIONS) -> None:
-        if slots < 1 or max_unions < 1 or (workers is not None and workers < 1):
+        counts = (slots, max_unions, 1 if workers is None else workers)
+        if any(not isinstance(c, int) or isinstance(c, bool) or c < 1 for c in counts):
             raise InputError(
                 f"CoExecutor needs workers, slots and max_unions >= 1, got {workers}, {slots}, {max_unions}"
             )
@@ -102,7 +103,14 @@ class CoExecutor:
         self._check_open()
         ready = []
         futures = []
-        for model, args, *rest in requests:
+        for request in requests:
+            shaped = isinstance(request, tuple) and len(request) in (2, 3)
+            if not shaped or not isinstance(request[1], (tuple, list)) or (
+                    len(request) == 3 and not isinstance(request[2], dict)):  # fmt: skip
+                raise InputError(
+                    f"submit_all takes (model, args) or (model, args, kwargs) tuples, not {request!r}"
+                )
+            model, args, *rest = request
             future: Future = Future()
             futures.append(future)
             try:
@@ -117,7 +125,7 @@ class CoExecutor:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise ExecutionError("this CoExecutor is closed; no new requests")
+            raise ClosedError("this CoExecutor is closed; no new requests")
         if not self._thread.is_alive():
             raise ExecutionError("this CoExecutor's dispatcher has stopped; no new requests")
 

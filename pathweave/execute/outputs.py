@@ -7,12 +7,20 @@ import torch.fx
 
 
 def aliased_outputs(gm: torch.fx.GraphModule) -> frozenset[int]:
-    """Positions of outputs that are a constant of the graph or one of its inputs: returned as they
-    are, a caller writing into them would change the next call's result (or their own input)."""
+    """Positions of outputs that are a constant of the graph or one of its inputs, or a value an earlier
+    output already is (``y, y.clone()`` once the clone is folded away): returned as they are, a caller
+    writing into one would change the next call's result, their own input or another output."""
     out = next(n for n in gm.graph.nodes if n.op == "output")
     values = out.args[0] if isinstance(out.args[0], (tuple, list)) else (out.args[0],)
-    return frozenset(i for i, v in enumerate(values) if isinstance(v, torch.fx.Node) and
-                     v.op in ("get_attr", "placeholder"))  # fmt: skip
+    seen: set[torch.fx.Node] = set()
+    positions = []
+    for i, v in enumerate(values):
+        if not isinstance(v, torch.fx.Node):
+            continue
+        if v.op in ("get_attr", "placeholder") or v in seen:
+            positions.append(i)
+        seen.add(v)
+    return frozenset(positions)
 
 
 def copy_aliased(outputs: tuple, positions: frozenset[int]) -> tuple:

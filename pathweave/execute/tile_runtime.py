@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import ExecutionError, InputError, MissingDependencyError, UnsupportedError
+from ..errors import ClosedError, ExecutionError, InputError, MissingDependencyError, UnsupportedError
 from ..transform.tile_graph import TileGraph
 
 #: op codes the native runtime dispatches on (see tile_runtime.c)
@@ -188,6 +188,14 @@ class TileRuntime:
         self._test: tuple[np.ndarray, ...] = ()
 
     @property
+    def handle(self) -> int:
+        """The native runtime, or ``ClosedError`` once ``close()`` has freed it (a NULL handle would
+        crash the process in C)."""
+        if not self._rt:
+            raise ClosedError("the tile runtime is closed; build the strategy again to run it")
+        return self._rt
+
+    @property
     def n(self) -> int:
         """Tiles in the current graph."""
         return len(self._graph[0]) - 1
@@ -210,41 +218,43 @@ class TileRuntime:
         engines; call it between inferences from the thread that calls ``run``. A program set before
         must be set again for the new graph's tiles (``set_program``)."""
         graph = _checked(p_ptr, p_idx, c_ptr, c_idx, ops, cols)
-        if self._lib.pw_set_graph(self._rt, len(graph[0]) - 1, *graph):
+        if self._lib.pw_set_graph(self.handle, len(graph[0]) - 1, *graph):
             raise ExecutionError(f"the native tile runtime could not grow to {len(graph[0]) - 1} tiles")
         self._graph = graph  # the old arrays are released only once the C side no longer reads them
 
     @property
     def workers(self) -> int:
-        return int(self._lib.pw_workers(self._rt))
+        return int(self._lib.pw_workers(self.handle))
 
     @property
     def linger_ms(self) -> float:
         """How long idle workers spin for the next inference before they park (default 200 ms, as Intel
         OpenMP's KMP_BLOCKTIME): a thread parked for tens of ms woke too late on our VMs to take part in
         the next run. Spinning takes a core from other work; 0 parks at once."""
-        return self._lib.pw_linger(self._rt) / 1e6
+        return self._lib.pw_linger(self.handle) / 1e6
 
     def park(self) -> None:
         """Workers spinning for the next inference park now; the next ``run`` wakes them (a benchmark
         calls it before other runtimes are timed, so that our spinning does not slow them)."""
-        self._lib.pw_park(self._rt)
+        self._lib.pw_park(self.handle)
 
     @linger_ms.setter
     def linger_ms(self, ms: float) -> None:
         if not ms >= 0:
             raise InputError(f"linger_ms must be a number >= 0, not {ms!r}")
-        self._lib.pw_set_linger(self._rt, int(ms * 1e6))
+        self._lib.pw_set_linger(self.handle, int(ms * 1e6))
 
     def set_workers(self, n: int) -> None:
         """Add or remove engines between inferences."""
-        if self._lib.pw_set_workers(self._rt, n) or self.workers != n:
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise InputError(f"workers must be an int >= 1, not {n!r}")
+        if self._lib.pw_set_workers(self.handle, n) or self.workers != n:
             raise ExecutionError(f"could not start {n} workers ({self.workers} running)")
 
     def set_test_data(self, out: np.ndarray, bias: np.ndarray, spin: np.ndarray) -> None:
         """Buffers of the checking kernel (op OP_TEST); kept alive here."""
         self._test = (out, np.ascontiguousarray(bias, np.float32), np.ascontiguousarray(spin, np.int32))
-        self._lib.pw_set_test_data(self._rt, *self._test)
+        self._lib.pw_set_test_data(self.handle, *self._test)
 
     def set_program(
         self, layers: np.ndarray, tile_layer: np.ndarray, lo: np.ndarray, hi: np.ndarray, scratch_floats: int
@@ -253,30 +263,28 @@ class TileRuntime:
         box (int32 [tiles, 4]), the scratch floats a worker needs. The arrays are kept alive here."""
         self._program = (np.ascontiguousarray(layers, np.int64), np.ascontiguousarray(tile_layer, np.int32),
                          np.ascontiguousarray(lo, np.int32), np.ascontiguousarray(hi, np.int32))  # fmt: skip
-        self._lib.pw_set_program(self._rt, *self._program, int(scratch_floats), sgemm_address())
+        self._lib.pw_set_program(self.handle, *self._program, int(scratch_floats), sgemm_address())
 
     #: the tile whose kernel failed in the last inference (None when it succeeded)
     failed_tile: int | None = None
 
     def run(self) -> None:
-        err = self._lib.pw_run(self._rt)
+        err = self._lib.pw_run(self.handle)
         self.failed_tile = err - 1 if err else None
         if err:
             raise ExecutionError(f"tile {err - 1} (op {self.ops[err - 1]}) failed in the native runtime")
 
     def ran_on(self) -> np.ndarray:
         """The worker that ran each tile in the last inference."""
-        return np.ctypeslib.as_array(self._lib.pw_ran_on(self._rt), shape=(self.n,)).copy()
+        return np.ctypeslib.as_array(self._lib.pw_ran_on(self.handle), shape=(self.n,)).copy()
 
     @contextmanager
     def tracing(self) -> Iterator[np.ndarray]:
         """Inferences run inside record each tile's kernel start and end (int64 [tiles, 2], monotonic ns;
         the last inference's values stay). Not across ``set_graph``: that stops the recording. Not
         nested: leaving the inner context stops the recording."""
-        if not self._rt:
-            raise ExecutionError("the tile runtime is closed")
         times = np.zeros((self.n, 2), dtype=np.int64)
-        self._lib.pw_set_trace(self._rt, times.ctypes.data)
+        self._lib.pw_set_trace(self.handle, times.ctypes.data)
         try:
             yield times
         finally:
@@ -285,7 +293,7 @@ class TileRuntime:
 
     @property
     def steals(self) -> int:
-        return int(self._lib.pw_steals(self._rt))
+        return int(self._lib.pw_steals(self.handle))
 
     def close(self) -> None:
         if getattr(self, "_rt", None):

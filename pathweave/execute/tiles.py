@@ -17,7 +17,7 @@ import torch
 
 from ..capture.graph import Captured
 from ..compare import mismatch
-from ..errors import ExecutionError
+from ..errors import ExecutionError, PathweaveError, UnsupportedError
 from ..transform import fold_bn, fold_sizes, prune, run_pipeline, tile_fuse, tile_fuse_matmul
 from ..transform.tile_graph import WORK_PER_TILE, TilesPerLayer, build_tile_graph
 from ..transform.tile_ops import plan_nodes
@@ -49,10 +49,33 @@ class TilesStrategy:
         # one inference at a time: every call shares the program's input and activation buffers
         # (concurrent requests run together through ``CoExecutor``)
         self.guard = CallGuard(f"{captured.name} (tiles)", exclusive=True)
-        gm = copy.deepcopy(captured.gm)
+        self.tile_scale = dict(tile_scale or {})
+        try:
+            self._plan(tiles_per_layer, work_per_tile, buffer_distance)
+        except PathweaveError:
+            raise
+        except Exception as exc:  # a builder that breaks must cost this strategy, never a raw error
+            raise UnsupportedError(
+                f"{captured.name}: the tile graph could not be built ({type(exc).__name__}: "
+                f"{str(exc).splitlines()[0][:200] if str(exc) else ''}); use another strategy",
+            ) from exc
+        ops = np.full(self.graph.num_tiles, OP_LAYER, dtype=np.int32)
+        self.runtime = TileRuntime.from_graph(self.graph, ops, self.threads)
+        if linger_ms is not None:  # how long idle workers spin before they park (TileRuntime.linger_ms)
+            self.runtime.linger_ms = linger_ms
+        g = self.graph
+        self.runtime.set_program(self.program.layers, g.tile_layer, g.tile_lo, g.tile_hi,
+                                 self.program.scratch_floats)  # fmt: skip
+        if check:
+            self.check()
+
+    def _plan(
+        self, tiles_per_layer: TilesPerLayer, work_per_tile: float, buffer_distance: int | None
+    ) -> None:
+        """The rewritten graph, its tile graph, the buffer plan and the program over them."""
+        gm = copy.deepcopy(self.captured.gm)
         self.passes = run_pipeline(gm, (fold_sizes, prune, fold_bn, tile_fuse, tile_fuse_matmul))
         self.gm = gm
-        self.tile_scale = dict(tile_scale or {})
         self.plans = plan_nodes(gm)  # read by the tile graph and by every program built over it
         self.graph = build_tile_graph(
             gm, tiles_per_layer, work_per_tile=work_per_tile, scale=self.tile_scale, plans=self.plans
@@ -64,15 +87,6 @@ class TilesStrategy:
             self.buffers = plan_buffers(self.graph, output_layers(gm, self.graph), buffer_distance)
             self.graph = self.buffers.graph
         self.program = self.new_program()
-        ops = np.full(self.graph.num_tiles, OP_LAYER, dtype=np.int32)
-        self.runtime = TileRuntime.from_graph(self.graph, ops, self.threads)
-        if linger_ms is not None:  # how long idle workers spin before they park (TileRuntime.linger_ms)
-            self.runtime.linger_ms = linger_ms
-        g = self.graph
-        self.runtime.set_program(self.program.layers, g.tile_layer, g.tile_lo, g.tile_hi,
-                                 self.program.scratch_floats)  # fmt: skip
-        if check:
-            self.check()
 
     def new_program(self) -> TileProgram:
         """Another program over the same tile graph and weights, with its own input and activation
@@ -100,7 +114,7 @@ class TilesStrategy:
     def run_flat(self, flat: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
         with self.guard.call():
             for buf, x in zip(self.program.inputs, flat, strict=True):
-                np.copyto(buf, x.detach().cpu().numpy(), casting="no")
+                np.copyto(buf, x.detach().cpu().resolve_neg().resolve_conj().numpy(), casting="no")
             try:
                 self.runtime.run()
             except ExecutionError as exc:

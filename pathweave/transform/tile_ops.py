@@ -419,7 +419,10 @@ def _copies(node: torch.fx.Node, layers: set[torch.fx.Node]) -> bool:
     for view in reversed(chain):
         if op_name(view) not in IDENTITY_VIEWS:
             args = torch.fx.node.map_arg(view.args, partial(_stand_in, node=src, value=t))
-            t = view.target(*args, **view.kwargs)
+            try:
+                t = view.target(*args, **view.kwargs)
+            except RuntimeError:  # ``view`` of a layout it cannot view (after ``contiguous``): a copy
+                return True
         src = view
     return isinstance(t, torch.Tensor) and t is not base and not t._is_view()
 

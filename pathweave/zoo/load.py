@@ -96,13 +96,14 @@ def _file(path: Path, batch: int) -> LoadedModel:
 
         gm, inputs = onnx_module(path, batch=batch)
         return LoadedModel(path.stem, gm, inputs, path.read_bytes())
-    try:
-        ep = torch.export.load(path)
-    except Exception as exc:
-        raise InputError(f"{path} is not a torch.export .pt2 file: {exc}") from exc
-    if ep.example_inputs is None:
-        raise InputError(f"{path} holds no example inputs; save it with torch.export.save after export")
-    args, kwargs = ep.example_inputs
+    from ..capture.pt2 import load_pt2
+
+    ep = load_pt2(path)  # checked first: nothing in the file is unpickled without restriction
+    example = ep.example_inputs
+    if not (isinstance(example, tuple) and len(example) == 2):
+        raise InputError(f"{path} holds no (args, kwargs) example inputs; pass inputs, or save the program "
+                         "with torch.export.save after export")  # fmt: skip
+    args, kwargs = example
     if kwargs:
         raise InputError(f"{path}: keyword example inputs are not supported by the CLI")
     return LoadedModel(path.stem, ep, tuple(args))
@@ -115,6 +116,8 @@ def _poolstack(blocks: str, batch: int, small: bool, seed: int) -> LoadedModel:
     if blocks and not blocks.isdigit():
         raise InputError(f"poolstack:N takes a number of blocks, got {blocks!r}")
     n = int(blocks or 10)
+    if n < 1:
+        raise InputError("poolstack:N needs at least 1 block")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = poolstack.build(n)

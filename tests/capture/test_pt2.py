@@ -157,3 +157,44 @@ def test_dynamic_program_is_specialised_to_the_inputs(tmp_path: Path) -> None:
         fn(torch.randn(3, 8))  # specialised: another batch is a clear error, not a crash
     with pytest.raises(InputError, match="do not fit"):
         pathweave.optimize(path, torch.randn(5, 9), strategy="sequential")
+
+
+def test_pickle_refused_when_the_file_gives_its_own_inputs(saved: Path, tmp_path: Path) -> None:
+    """``optimize(path)``, ``analyze(path)`` and the CLI read the archive's sample inputs: the same checks
+    run first (a hostile review found that path loading the file unchecked)."""
+    from pathweave import cli
+
+    marker = tmp_path / "ran"
+    evil = tmp_path / "evil.pt2"
+    _pickled_weight(saved, evil, marker, "weights_config.json", "weights/")
+    with pytest.raises(InputError, match="pickled"):
+        pathweave.optimize(evil, strategy="sequential")
+    with pytest.raises(InputError, match="pickled"):
+        pathweave.analyze(evil)
+    assert cli.main(["analyze", str(evil)]) != 0
+    assert not marker.exists()
+
+
+def test_legacy_pickled_entries_beside_clean_ones_are_refused(saved: Path, tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    root = zipfile.ZipFile(saved).namelist()[0].split("/")[0]
+    for entry in ("data/weights/model.pt", "data/constants/model.pt", "data/constants/custom_obj_0"):
+        evil = tmp_path / "legacy.pt2"
+        with zipfile.ZipFile(saved) as zin, zipfile.ZipFile(evil, "w") as zout:
+            for name in zin.namelist():
+                zout.writestr(name, zin.read(name))
+            zout.writestr(f"{root}/{entry}", pickle.dumps(_Payload(marker)))
+        with pytest.raises(InputError, match="unexpected archive entry"):
+            pathweave.optimize(evil, torch.randn(2, 8), strategy="sequential")
+        assert not marker.exists()
+
+
+def test_zip_bomb_is_refused(saved: Path, tmp_path: Path) -> None:
+    root = zipfile.ZipFile(saved).namelist()[0].split("/")[0]
+    bomb = tmp_path / "bomb.pt2"
+    with zipfile.ZipFile(saved) as zin, zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as zout:
+        for name in zin.namelist():
+            zout.writestr(name, zin.read(name))
+        zout.writestr(f"{root}/extra/bomb", bytes(80 << 20))  # 80 MiB of zeros, ~80 KiB compressed
+    with pytest.raises(InputError, match="zip bomb"):
+        pathweave.optimize(bomb, torch.randn(2, 8), strategy="sequential")

@@ -275,3 +275,20 @@ def test_a_failure_outside_the_kernels_fails_its_requests_and_later_ones_still_r
         with pytest.raises(ExecutionError, match="union too large"):
             co.submit(strategies["residual"], x).result(timeout=TIMEOUT)
         _check(co.submit(strategies["residual"], x), models["residual"], x, outputs_close)
+
+
+@pytest.mark.parametrize("kwargs", [{"workers": 1.5}, {"slots": "a"}, {"max_unions": 0}, {"workers": True}])
+def test_bad_settings_are_input_errors(kwargs: dict) -> None:
+    with pytest.raises(InputError, match="CoExecutor needs"):
+        CoExecutor(**kwargs)
+
+
+def test_malformed_requests_are_input_errors() -> None:
+    fn = pathweave.optimize(torch.nn.Linear(4, 3).eval(), torch.randn(2, 4), strategy="tiles")
+    with CoExecutor(workers=1) as co:
+        for bad in ([(fn,)], [fn], [(fn, torch.randn(2, 4))], [(fn, (torch.randn(2, 4),), [])]):
+            with pytest.raises(InputError, match="submit_all takes"):
+                co.submit_all(bad)
+    with pytest.raises(pathweave.ClosedError):
+        co.submit(fn, torch.randn(2, 4))
+    fn.close()

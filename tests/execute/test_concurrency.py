@@ -190,3 +190,28 @@ def _vary(flat: tuple[torch.Tensor, ...], seed: int) -> tuple[torch.Tensor, ...]
     return tuple(
         torch.randn(t.shape, generator=gen).to(t.dtype) if t.is_floating_point() else t for t in flat
     )
+
+
+def test_closed_tiles_refuse_every_method() -> None:
+    """A hostile review found ``summary()`` after ``close()`` crashing the process (a NULL runtime)."""
+    x = torch.randn(1, 3, 32, 32)
+    fn = pathweave.optimize(_cnn(), x, strategy="tiles")
+    fn.close()
+    for call in (fn.summary, fn.quiesce, lambda: fn.set_workers(1), lambda: fn.runtime.steals):
+        with pytest.raises(ClosedError):
+            call()
+
+
+class _TwoOutputs(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        y = x * 2
+        return y, y.clone(), x  # the clone is folded away by capture; x is the input itself
+
+
+@pytest.mark.parametrize("strategy", CPU_STRATEGIES)
+def test_outputs_share_no_storage_where_eager_does_not(strategy: str) -> None:
+    x = torch.randn(4, 8)
+    a, b, c = pathweave.optimize(_TwoOutputs(), x, strategy=strategy)(x)
+    a.zero_()
+    c.zero_()
+    assert torch.equal(b, x * 2) and not x.eq(0).all()

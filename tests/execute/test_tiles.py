@@ -444,3 +444,30 @@ def test_a_failing_tile_names_its_node() -> None:
     assert info.value.node == "embedding"
     ids = torch.tensor([[3, 9]])
     torch.testing.assert_close(fn(ids), emb(ids).detach())
+
+
+class _TransposedView(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lin(x).transpose(1, 2).contiguous().view(x.shape[0], -1).relu()
+
+
+@pytest.mark.parametrize("strategy", ["tiles", "auto"])
+def test_view_after_contiguous_copy_runs(strategy: str) -> None:
+    """A ``view`` that needs the ``contiguous`` copy before it (multi-head attention's) raised torch's
+    RuntimeError out of ``optimize`` (found by a hostile review)."""
+    torch.manual_seed(0)
+    model, x = _TransposedView().eval(), torch.randn(2, 4, 8)
+    torch.testing.assert_close(pathweave.optimize(model, x, strategy=strategy)(x), model(x).detach())
+
+
+def test_inputs_with_neg_bit_or_other_layouts() -> None:
+    model, x = torch.nn.Linear(4, 3).eval(), torch.randn(2, 4)
+    fn = pathweave.optimize(model, x, strategy="tiles")
+    torch.testing.assert_close(fn(torch._neg_view(-x)), model(x).detach())
+    for bad in (x.to_sparse(), x.to_mkldnn()):
+        with pytest.raises(pathweave.InputError, match="layout"):
+            fn(bad)
