@@ -85,8 +85,9 @@ def test_workers_added_and_removed_between_runs() -> None:
         out[:] = np.nan
         rt.run()
         np.testing.assert_array_equal(out, want)
-    with pytest.raises(ExecutionError, match="could not start 0 workers"):
-        rt.set_workers(0)
+    for bad in (0, 2.5, "2"):
+        with pytest.raises(InputError, match="workers must be an int"):
+            rt.set_workers(bad)
     rt.close()
 
 
