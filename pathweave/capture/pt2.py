@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import zipfile
 from pathlib import Path, PurePosixPath
 
@@ -20,6 +21,7 @@ import torch
 from torch.export import ExportedProgram
 
 from ..errors import InputError
+from .pt2_program import clean_program
 from .trace import first_line
 
 #: top-level folders of an archive holding native code or formats pathweave does not read
@@ -39,29 +41,38 @@ def load_pt2(path: Path) -> ExportedProgram:
     file and what is wrong."""
     if not path.exists():
         raise InputError(f"no such file: {path}")
-    check_archive(path)
+    data = clean_archive(path)
     try:
-        return torch.export.load(path)
+        return torch.export.load(io.BytesIO(data))
     except Exception as exc:
         raise InputError(f"{path} is not a readable torch.export .pt2 file: {first_line(exc)}") from exc
 
 
 def check_archive(path: Path) -> None:
     """Raise ``InputError`` unless ``path`` is a current-format ``.pt2`` archive in which nothing would
-    be unpickled without restriction or loaded as code."""
+    be unpickled without restriction, loaded as code or evaluated (``clean_archive``)."""
+    clean_archive(path)
+
+
+def clean_archive(path: Path) -> bytes:
+    """The archive at ``path`` checked entry by entry and written again in memory, one entry per name
+    (zip readers disagree on which of two same-named entries counts), with its program JSON cleaned
+    (``pt2_program``); what torch then loads is only what was checked."""
     try:
         with zipfile.ZipFile(path) as archive:
             names = archive.namelist()
+            if len(set(names)) != len(names):
+                dup = next(n for n in names if names.count(n) > 1)
+                raise InputError(f"{path}: archive entry {dup!r} appears twice; refused")
             root = _root(path, names)
             _check_size(path, archive)
             for name in names:
                 _check_entry(path, name[len(root):])
-            for name in names:
-                rel = name[len(root):]
-                if rel.endswith("_config.json") and rel.startswith(("data/weights/", "data/constants/")):
-                    _check_config(path, rel, archive.read(name))
-                elif rel.startswith("data/sample_inputs/"):
-                    _check_sample_inputs(path, rel, archive.read(name))
+            out = io.BytesIO()
+            with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as clean:
+                for name in names:
+                    clean.writestr(name, _checked(path, name[len(root):], archive.read(name)))
+            return out.getvalue()
     except InputError:
         raise
     except (zipfile.BadZipFile, EOFError, OSError, ValueError) as exc:  # truncated, empty or not a zip
@@ -113,6 +124,21 @@ def _check_entry(path: Path, rel: str) -> None:
         )
 
 
+def _checked(path: Path, rel: str, raw: bytes) -> bytes:
+    """An entry's bytes as torch may read them: configs and sample inputs checked, programs cleaned."""
+    if rel.endswith("_config.json") and rel.startswith(("data/weights/", "data/constants/")):
+        _check_config(path, rel, raw)
+    elif rel.startswith("data/sample_inputs/"):
+        _check_sample_inputs(path, rel, raw)
+    elif rel.startswith("models/"):
+        try:
+            program = json.loads(raw)
+        except ValueError as exc:
+            raise InputError(f"{path}: {rel} is not JSON: {first_line(exc)}") from exc
+        return json.dumps(clean_program(program, f"{path}: {rel}")).encode()
+    return raw
+
+
 def _check_config(path: Path, rel: str, raw: bytes) -> None:
     """Weights and constants must be raw tensor bytes: no ``use_pickle`` entry, no custom or opaque
     objects (both unpickled on load)."""
@@ -122,6 +148,8 @@ def _check_config(path: Path, rel: str, raw: bytes) -> None:
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise InputError(f"{path}: {rel} is not a valid payload config: {first_line(exc)}") from exc
     for fqn, meta in entries:
+        if not re.fullmatch(r"[A-Za-z0-9_.]+", fqn):
+            raise InputError(f"{path}: {rel}: {fqn[:80]!r} is not a parameter name; refused")
         if not isinstance(meta, dict):
             raise InputError(f"{path}: {rel}: entry {fqn!r} is not an object")
         name = str(meta.get("path_name", ""))

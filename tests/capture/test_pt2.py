@@ -125,7 +125,7 @@ def test_truncated_archive(saved: Path, tmp_path: Path) -> None:
 def test_corrupt_program_json(saved: Path, tmp_path: Path) -> None:
     bad = tmp_path / "bad.pt2"
     _rewrite(saved, bad, lambda n, d: b"{not json" if n.endswith("models/model.json") else d)
-    with pytest.raises(InputError, match="not a readable"):
+    with pytest.raises(InputError, match="not JSON"):
         pathweave.optimize(bad, torch.randn(2, 8))
 
 
@@ -198,3 +198,78 @@ def test_zip_bomb_is_refused(saved: Path, tmp_path: Path) -> None:
         zout.writestr(f"{root}/extra/bomb", bytes(80 << 20))  # 80 MiB of zeros, ~80 KiB compressed
     with pytest.raises(InputError, match="zip bomb"):
         pathweave.optimize(bomb, torch.randn(2, 8), strategy="sequential")
+
+
+def _program_edit(saved: Path, dst: Path, edit) -> None:
+    """The archive with its program JSON passed through ``edit(dict) -> dict``."""
+
+    def apply(name: str, data: bytes) -> bytes:
+        return json.dumps(edit(json.loads(data))).encode() if name.endswith("models/model.json") else data
+
+    _rewrite(saved, dst, apply)
+
+
+def _rename_input(program: dict, new: str) -> dict:
+    text = json.dumps(program)
+    old = program["graph_module"]["graph"]["inputs"][-1]["as_tensor"]["name"]
+    return json.loads(text.replace(json.dumps(old), json.dumps(new)))
+
+
+def _size_expr(program: dict, expr: str) -> dict:
+    values = program["graph_module"]["graph"]["tensor_values"]
+    name = next(iter(values))
+    values[name]["sizes"][0] = {"as_expr": {"expr_str": expr, "hint": {"as_int": 2}}}
+    return program
+
+
+def _node_target(program: dict, target: str) -> dict:
+    program["graph_module"]["graph"]["nodes"][0]["target"] = target
+    return program
+
+
+@pytest.mark.parametrize(
+    "edit, match",
+    [(lambda p, m: _rename_input(p, f"x=__import__('pathlib').Path('{m}').touch()"), "not a name"),
+     (lambda p, m: _size_expr(p, f"__import__('pathlib').Path('{m}').touch()"), "not a size expression"),
+     (lambda p, m: _node_target(p, "torch.load"), "not an operator")],
+    ids=["input-name", "size-expression", "node-target"],
+)  # fmt: skip
+def test_program_json_that_torch_would_run_is_refused(saved: Path, tmp_path: Path, edit, match: str) -> None:
+    """Names go into generated source, size expressions through sympify, targets are looked up on torch:
+    a second hostile review ran code through each before the program JSON was checked."""
+    marker = tmp_path / "ran"
+    evil = tmp_path / "evil.pt2"
+    _program_edit(saved, evil, lambda p: edit(p, marker))
+    with pytest.raises(InputError, match=match):
+        pathweave.optimize(evil, torch.randn(2, 8), strategy="sequential")
+    assert not marker.exists()
+
+
+def test_duplicate_entries_are_refused(saved: Path, tmp_path: Path) -> None:
+    """zipfile reads the last of two same-named entries, torch's reader the first."""
+    marker = tmp_path / "ran"
+    evil = tmp_path / "dup.pt2"
+    with zipfile.ZipFile(saved) as zin:
+        config_name = next(n for n in zin.namelist() if n.endswith("weights_config.json"))
+    _pickled_weight(saved, tmp_path / "bad.pt2", marker, "weights_config.json", "weights/")
+    with zipfile.ZipFile(tmp_path / "bad.pt2") as bad, zipfile.ZipFile(saved) as good, \
+            zipfile.ZipFile(evil, "w") as zout, pytest.warns(UserWarning):  # fmt: skip
+        for name in good.namelist():
+            if name == config_name:
+                zout.writestr(name, bad.read(name))
+            zout.writestr(name, bad.read(name) if name.endswith("weight_0") else good.read(name))
+    with pytest.raises(InputError, match="appears twice"):
+        pathweave.optimize(evil, torch.randn(2, 8), strategy="sequential")
+    assert not marker.exists()
+
+
+def test_dynamic_programs_with_size_expressions_still_load(tmp_path: Path) -> None:
+    class Halves(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x.view(x.shape[0] // 2, -1)[:, : x.shape[1] - 1] * 2
+
+    dims = {0: torch.export.Dim("b", min=2, max=64) * 2, 1: torch.export.Dim("c", min=3, max=9)}
+    path = tmp_path / "halves.pt2"
+    torch.export.save(torch.export.export(Halves(), (torch.randn(4, 6),), dynamic_shapes=(dims,)), path)
+    x = torch.randn(6, 5)
+    torch.testing.assert_close(pathweave.optimize(path, x, strategy="sequential")(x), Halves()(x))
