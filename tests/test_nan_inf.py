@@ -387,3 +387,20 @@ def test_zoo_models(name: str, strategy: str, zoo_cache) -> None:
         check_kinds(fn, zoo_cache.model(name), inputs, f"{name} under {strategy}")
     finally:
         close(fn)
+
+
+@pytest.mark.parametrize("strategy", ["sequential", "tiles"])
+def test_layer_norm_whose_variance_overflows(strategy: str) -> None:
+    """Rows of |x| ~ 1e20 and more: PyTorch's layer norm gives NaN (its variance overflows); the tile
+    kernel gave 0.0 (found by a hostile review)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.LayerNorm(8)).eval()
+    fn = pathweave.optimize(model, torch.randn(3, 8), strategy=strategy)
+    x = torch.randn(3, 8)
+    x[1] *= 1e20
+    x[2] *= 1e37
+    with torch.no_grad():
+        want = model(x)
+    got = fn(x)
+    assert torch.equal(got.isnan(), want.isnan()) and want[1:].isnan().all()
+    torch.testing.assert_close(got[0], want[0], rtol=1e-4, atol=1e-5)

@@ -231,7 +231,9 @@ PW_CLONES int pw_layernorm_tile(const int64_t *L, const int32_t *lo, const int32
                 const float *xr = x + at(xs, i0, i1, i2);
                 float *d = out + out_at(&b, i0, i1, i2, 0);
                 const float mean = sum_row(xr, D) / (float)D;
-                const float rstd = 1.0f / sqrtf(sq_dev_row(xr, D, mean) / (float)D + eps);
+                const float var = sq_dev_row(xr, D, mean) / (float)D;
+                /* a variance past float's range: PyTorch's moments give NaN for the row, not 0 */
+                const float rstd = isinf(var) ? NAN : 1.0f / sqrtf(var + eps);
                 if (w && bias) {
                     for (int64_t j = j0; j < j1; j++) d[j] = (xr[j] - mean) * rstd * w[j] + bias[j];
                 } else {
