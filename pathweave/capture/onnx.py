@@ -12,6 +12,7 @@ variable ``PATHWEAVE_ONNX_CROSSCHECK=0`` to skip it).
 
 from __future__ import annotations
 
+import math
 import os
 import warnings
 from pathlib import Path
@@ -29,6 +30,8 @@ from .trace import first_line
 
 #: converted outputs must match ONNX Runtime within these
 ORT_RTOL, ORT_ATOL = 1e-3, 1e-4
+#: the most bytes one converted value may take (checked against ONNX's shape inference before converting)
+MAX_VALUE_BYTES = 1 << 30
 #: protobuf cannot parse a message this large; bigger models keep their weights as external data
 PROTOBUF_LIMIT = 2**31 - 1
 #: pools whose ceil_mode output size ONNX's shape inference overcounts (see ``_Builder.convert``)
@@ -199,6 +202,8 @@ class _Builder:
         unknown = sorted(set(attrs) - known)
         if unknown:
             raise UnsupportedError(f"attribute {', '.join(unknown)} is not supported")
+        for name in node.output:  # before the converter allocates it on the example values
+            self._check_size(name)
         ins = [self.values[i] if i else None for i in node.input]
         consts = [self.consts.get(i) for i in node.input]
         used = [bool(o) for o in node.output]
@@ -212,6 +217,7 @@ class _Builder:
         folded = node.input and all(i == "" or i in self.consts for i in node.input)
         for name, fx_node in zip(node.output, outs, strict=False):
             if name:
+                self._check_size(name, fx_node.meta["val"])
                 # ONNX's shape inference counts a last ceil_mode window that starts in the right padding,
                 # which the spec (since opset 19), ONNX Runtime and torch drop: dtypes only there
                 ceil = node.op_type in _CEIL_POOLS and bool(attrs.get("ceil_mode"))
@@ -236,6 +242,24 @@ class _Builder:
             return tensor_from_proto(value, self.np)
         dtype = torch.float32 if key.startswith("value_float") else torch.int64
         return torch.tensor(value, dtype=dtype)
+
+    def _check_size(self, name: str, value: Any = None) -> None:
+        """A value past ``MAX_VALUE_BYTES`` is refused (a few bytes of ConstantOfShape, Expand or Tile
+        can ask for terabytes): sized by ONNX's shape inference before the converter runs, or, where
+        that does not know it, by the ``value`` converted on the example inputs."""
+        elem_type, dims = self.expected.get(name, (None, None))
+        if isinstance(value, torch.Tensor):
+            size, dims = value.numel() * value.element_size(), list(value.shape)
+        elif dims is None or any(d is None for d in dims):
+            return
+        else:
+            itemsize = ONNX_TO_TORCH[elem_type].itemsize if elem_type in ONNX_TO_TORCH else 8
+            size = itemsize * math.prod(dims)
+        if size > MAX_VALUE_BYTES:
+            raise UnsupportedError(
+                f"output {name!r} would take {size / 2**30:.1f} GiB (shape {dims}), more than the "
+                f"{MAX_VALUE_BYTES >> 30} GiB pathweave allows one value (capture.onnx.MAX_VALUE_BYTES)"
+            )
 
     def _check_type(self, name: str, value: Any, shape: bool = True) -> None:
         """A converter must produce ONNX's dtype and (with ``shape``) shape; a mismatch is a converter
@@ -436,13 +460,16 @@ def _check_against_ort(path: Path, gm: torch.fx.GraphModule, inputs: tuple[torch
             f"{path.name}: not checked against ONNX Runtime, which cannot run it: {exc}", stacklevel=3
         )
         return
-    with torch.no_grad():
-        got = gm(*inputs)
     try:
+        with torch.no_grad():
+            got = gm(*inputs)
         reference = [numpy_to_torch(np.asarray(w), "an ONNX Runtime output") for w in want]
+        problem = mismatch(list(got), reference, ORT_RTOL, ORT_ATOL)
     except UnsupportedError as exc:
         warnings.warn(f"{path.name}: not checked against ONNX Runtime: {exc}", stacklevel=3)
         return
-    problem = mismatch(list(got), reference, ORT_RTOL, ORT_ATOL)
+    except Exception as exc:  # the converted graph itself failed (out of memory, a kernel's error)
+        raise CaptureError(f"{path.name}: the converted graph failed on the example inputs: "
+                           f"{first_line(exc)}") from exc  # fmt: skip
     if problem:
         raise CaptureError(f"{path.name}: the converted graph differs from ONNX Runtime: {problem}")

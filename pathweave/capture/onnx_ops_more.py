@@ -39,6 +39,16 @@ def _unary(target: Any, floats_only: bool = True) -> Any:
     return convert
 
 
+def _hardswish(x: torch.Tensor) -> torch.Tensor:
+    """ONNX's x * max(0, min(1, x / 6 + 1/2)): torch's x * relu6(x + 3) / 6 overflows near float's max."""
+    return x * torch.clamp(x / 6 + 0.5, 0, 1)
+
+
+def _sign(x: torch.Tensor) -> torch.Tensor:
+    """ONNX's (and numpy's) sign keeps NaN; torch's gives 0."""
+    return torch.where(torch.isnan(x), x, torch.sign(x)) if x.is_floating_point() else torch.sign(x)
+
+
 for _name, _target in {
     "Sigmoid": aten.sigmoid.default, "Tanh": aten.tanh.default, "Sqrt": aten.sqrt.default,
     "Erf": aten.erf.default, "Exp": aten.exp.default, "Log": aten.log.default,
@@ -47,12 +57,12 @@ for _name, _target in {
     "Tan": aten.tan.default, "Asin": aten.asin.default, "Acos": aten.acos.default,
     "Atan": aten.atan.default, "Sinh": aten.sinh.default, "Cosh": aten.cosh.default,
     "Asinh": aten.asinh.default, "Acosh": aten.acosh.default, "Atanh": aten.atanh.default,
-    "Softsign": torch.nn.functional.softsign, "HardSwish": aten.hardswish.default,
+    "Softsign": torch.nn.functional.softsign, "HardSwish": _hardswish,
     "Mish": aten.mish.default,
 }.items():  # fmt: skip
     CONVERTERS[_name] = (_unary(_target), frozenset())
 for _name, _target in {"Relu": aten.relu.default, "Neg": aten.neg.default, "Abs": aten.abs.default,
-                       "Sign": aten.sign.default}.items():  # fmt: skip
+                       "Sign": _sign}.items():  # fmt: skip
     CONVERTERS[_name] = (_unary(_target, floats_only=False), frozenset())
 
 

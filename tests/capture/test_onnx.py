@@ -283,3 +283,44 @@ def test_ceil_mode_pool_whose_last_window_starts_in_the_padding(tmp_path, op: st
     want = pool(inp, (1, 2), (1, 2), (0, 1), ceil_mode=True, **kwargs)
     got = pathweave.optimize(path, inp, strategy="sequential", crosscheck=False)(inp)[0]
     torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("op", ["Expand", "ConstantOfShape"])
+def test_a_tiny_file_asking_for_a_huge_value_is_refused(tmp_path, monkeypatch, op: str) -> None:
+    """A few bytes of Expand or ConstantOfShape can ask for terabytes (found by a hostile review): a
+    value past MAX_VALUE_BYTES is refused before it is allocated, or right after where ONNX's shape
+    inference cannot size it."""
+    from pathweave.capture import onnx as onnx_capture
+
+    monkeypatch.setattr(onnx_capture, "MAX_VALUE_BYTES", 1 << 16)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    shape = numpy_helper.from_array(np.array([1 << 15], dtype=np.int64), "shape")
+    if op == "Expand":
+        nodes = [helper.make_node("Expand", ["x", "shape"], ["y"])]
+    else:
+        one = helper.make_tensor("v", TensorProto.FLOAT, [1], [1.0])
+        nodes = [helper.make_node("ConstantOfShape", ["shape"], ["c"], value=one),
+                 helper.make_node("Add", ["c", "x"], ["y"])]  # fmt: skip
+    path = tmp_path / "big.onnx"
+    onnx.save(helper.make_model(helper.make_graph(nodes, "g", [x], [y], [shape]),
+                                opset_imports=[helper.make_opsetid("", 17)]), path)  # fmt: skip
+    with pytest.raises(UnsupportedError, match="GiB pathweave allows one value"):
+        pathweave.optimize(path, torch.ones(1), strategy="sequential")
+
+
+@pytest.mark.parametrize("op, values, want", [
+    ("Sign", [float("nan"), -2.0, 0.0, 3.0], [float("nan"), -1.0, 0.0, 1.0]),
+    ("HardSwish", [float("nan"), 3e38, -2.0, 1.0], [float("nan"), 3e38, -2.0 / 6 * 1, 1.0 * (1 / 6 + 0.5)]),
+])  # fmt: skip
+def test_special_values_as_onnx_defines_them(tmp_path, op: str, values: list, want: list) -> None:
+    """Sign keeps NaN and HardSwish does not overflow near float's max, as the ONNX spec and ONNX
+    Runtime have it (torch's kernels differ; found by a hostile review)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])
+    path = tmp_path / "u.onnx"
+    onnx.save(helper.make_model(helper.make_graph([helper.make_node(op, ["x"], ["y"])], "g", [x], [y]),
+                                opset_imports=[helper.make_opsetid("", 18)]), path)  # fmt: skip
+    inp = torch.tensor(values)
+    got = pathweave.optimize(path, inp, strategy="sequential", crosscheck=False)(inp)[0]
+    torch.testing.assert_close(got, torch.tensor(want), equal_nan=True)
