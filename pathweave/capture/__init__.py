@@ -61,6 +61,7 @@ def capture(
         raise InputError(f"unknown capture method {method!r}; use 'auto', 'export' or 'fx'")
     name = name or type(model).__name__
     _check_inputs(inputs, kwargs, name)
+    inputs, kwargs = _distinct(inputs, kwargs)
     modes = {m: m.training for m in model.modules()}  # restored one by one: a caller may mix modes
     model.eval()
     try:
@@ -157,6 +158,24 @@ def _check_inputs(inputs: tuple, kwargs: dict, name: str) -> None:
                 f"{name}: example input {i} is empty (shape {tuple(leaf.shape)}); pathweave specialises "
                 "the model to the example's shapes, so give at least one sample"
             )
+
+
+def _distinct(inputs: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """Example inputs that share memory (the same tensor passed twice) copied apart: torch.export would
+    otherwise take them for one input, and a later call with two different tensors would compute with
+    one of them twice."""
+    seen: set[int] = set()
+
+    def own(t: Any) -> Any:
+        if not isinstance(t, torch.Tensor):
+            return t
+        ptr = t.untyped_storage().data_ptr()
+        if ptr in seen and t.numel():
+            return t.clone()
+        seen.add(ptr)
+        return t
+
+    return pytree.tree_map(own, (tuple(inputs), dict(kwargs)))
 
 
 def _run_eager(model: torch.nn.Module, inputs: tuple, kwargs: dict, name: str) -> Any:

@@ -148,7 +148,23 @@ def div(n: OnnxNode) -> Any:
         raise UnsupportedError(f"Div on {dtype} is not supported")
     if dtype.is_floating_point:
         return n.call(aten.div.Tensor, n.x(0), n.x(1))
-    return n.call(aten.div.Tensor_mode, n.x(0), n.x(1), rounding_mode="trunc")  # ONNX truncates
+    return n.call(_int_div, n.x(0), n.x(1))
+
+
+def _int_div(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """ONNX's integer Div truncates; the most negative integer over -1 traps the CPU (SIGFPE kills the
+    process, in eager PyTorch and ONNX Runtime alike), so -1 divides by negation (which wraps)."""
+    minus_one = b == -1
+    q = torch.div(a, torch.where(minus_one, torch.ones_like(b), b), rounding_mode="trunc")
+    return torch.where(minus_one, -a, q)
+
+
+def _int_mod(a: torch.Tensor, b: torch.Tensor, fmod: bool) -> torch.Tensor:
+    """Remainder (``fmod``: with the dividend's sign) with x mod -1 = 0 without the trapping division."""
+    minus_one = b == -1
+    safe = torch.where(minus_one, torch.ones_like(b), b)
+    r = torch.fmod(a, safe) if fmod else torch.remainder(a, safe)
+    return torch.where(minus_one, torch.zeros_like(r), r)
 
 
 @op("Pow")
@@ -177,8 +193,10 @@ def mod(n: OnnxNode) -> Any:
     if n.at.get("fmod", 0) or dtype.is_floating_point:
         if dtype.is_floating_point and not n.at.get("fmod", 0):
             raise UnsupportedError("Mod of floats needs fmod=1")
-        return n.call(aten.fmod.Tensor, n.x(0), n.x(1))
-    return n.call(aten.remainder.Tensor, n.x(0), n.x(1))  # sign of the divisor, like Python
+        if dtype.is_floating_point:
+            return n.call(aten.fmod.Tensor, n.x(0), n.x(1))
+        return n.call(_int_mod, n.x(0), n.x(1), True)
+    return n.call(_int_mod, n.x(0), n.x(1), False)  # sign of the divisor, like Python
 
 
 @op("BitShift", attrs=("direction",))

@@ -264,3 +264,17 @@ def test_data_dependent_sizes_are_refused_by_tiles_and_run_elsewhere() -> None:
     for strategy in ("sequential", "auto"):
         torch.testing.assert_close(pathweave.optimize(_DataDependent(), x, strategy=strategy)(x),
                                    _DataDependent()(x))  # fmt: skip
+
+
+class _Sub(nn.Module):
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return a - b
+
+
+@pytest.mark.parametrize("strategy", ["sequential", "lanes", "tiles"])
+def test_the_same_tensor_twice_as_examples_stays_two_inputs(strategy: str) -> None:
+    """torch.export takes one tensor passed twice for one input: every later call computed a - a = 0
+    (found while testing the ONNX integer division with ones for both operands)."""
+    x = torch.ones(3)
+    fn = pathweave.optimize(_Sub(), x, x, strategy=strategy)
+    torch.testing.assert_close(fn(torch.full((3,), 5.0), torch.ones(3)), torch.full((3,), 4.0))

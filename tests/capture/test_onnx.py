@@ -324,3 +324,22 @@ def test_special_values_as_onnx_defines_them(tmp_path, op: str, values: list, wa
     inp = torch.tensor(values)
     got = pathweave.optimize(path, inp, strategy="sequential", crosscheck=False)(inp)[0]
     torch.testing.assert_close(got, torch.tensor(want), equal_nan=True)
+
+
+@pytest.mark.parametrize("op, attrs, want", [("Div", {}, [-(2**31), 3, -3]), ("Mod", {}, [0, 1, -1]),
+                                             ("Mod", {"fmod": 1}, [0, 1, 1])])  # fmt: skip
+def test_integer_division_by_minus_one_does_not_trap(tmp_path, op: str, attrs: dict, want: list) -> None:
+    """INT_MIN / -1 traps the CPU (SIGFPE ended the process; found by a hostile review): -1 divides by
+    negation, which wraps, and leaves remainder 0."""
+    a = helper.make_tensor_value_info("a", TensorProto.INT32, [3])
+    b = helper.make_tensor_value_info("b", TensorProto.INT32, [3])
+    y = helper.make_tensor_value_info("y", TensorProto.INT32, [3])
+    path = tmp_path / "div.onnx"
+    node = helper.make_node(op, ["a", "b"], ["y"], **attrs)
+    onnx.save(helper.make_model(helper.make_graph([node], "g", [a, b], [y]),
+                                opset_imports=[helper.make_opsetid("", 18)]), path)  # fmt: skip
+    ones = torch.ones(3, dtype=torch.int32)
+    fn = pathweave.optimize(path, ones, ones, strategy="sequential", crosscheck=False)
+    x = torch.tensor([-(2**31), 7, 7], dtype=torch.int32)
+    got = fn(x, torch.tensor([-1, 2, -2], dtype=torch.int32))[0]
+    assert got.tolist() == want
