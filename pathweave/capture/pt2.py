@@ -68,10 +68,11 @@ def clean_archive(path: Path) -> bytes:
             _check_size(path, archive)
             for name in names:
                 _check_entry(path, name[len(root):])
+            sizes = {info.filename[len(root):]: info.file_size for info in archive.infolist()}
             out = io.BytesIO()
             with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as clean:
                 for name in names:
-                    clean.writestr(name, _checked(path, name[len(root):], archive.read(name)))
+                    clean.writestr(name, _checked(path, name[len(root):], archive.read(name), sizes))
             return out.getvalue()
     except InputError:
         raise
@@ -124,10 +125,10 @@ def _check_entry(path: Path, rel: str) -> None:
         )
 
 
-def _checked(path: Path, rel: str, raw: bytes) -> bytes:
+def _checked(path: Path, rel: str, raw: bytes, sizes: dict[str, int]) -> bytes:
     """An entry's bytes as torch may read them: configs and sample inputs checked, programs cleaned."""
     if rel.endswith("_config.json") and rel.startswith(("data/weights/", "data/constants/")):
-        _check_config(path, rel, raw)
+        _check_config(path, rel, raw, sizes)
     elif rel.startswith("data/sample_inputs/"):
         _check_sample_inputs(path, rel, raw)
     elif rel.startswith("models/"):
@@ -139,9 +140,10 @@ def _checked(path: Path, rel: str, raw: bytes) -> bytes:
     return raw
 
 
-def _check_config(path: Path, rel: str, raw: bytes) -> None:
+def _check_config(path: Path, rel: str, raw: bytes, sizes: dict[str, int]) -> None:
     """Weights and constants must be raw tensor bytes: no ``use_pickle`` entry, no custom or opaque
-    objects (both unpickled on load)."""
+    objects (both unpickled on load), and each tensor's sizes, strides and offset within its record
+    (an empty record with huge sizes would make torch allocate them)."""
     try:
         config = json.loads(raw)["config"]
         entries = list(config.items())
@@ -164,6 +166,29 @@ def _check_config(path: Path, rel: str, raw: bytes) -> None:
                 f"{path}: {rel}: {fqn!r} is stored as {name!r}, an object torch would unpickle; pathweave "
                 "loads tensors only"
             )
+        record = rel.rsplit("/", 1)[0] + "/" + name
+        _check_extent(path, rel, fqn, meta.get("tensor_meta"), sizes.get(record, 0))
+
+
+def _check_extent(path: Path, rel: str, fqn: str, meta: object, nbytes: int) -> None:
+    """The elements a tensor's sizes, strides and offset reach fit in its record (one byte each at
+    least), all of them plain non-negative integers."""
+    try:
+        dims = [(d["as_int"], s["as_int"]) for d, s in zip(meta["sizes"], meta["strides"], strict=True)]
+        offset = meta["storage_offset"]["as_int"]
+        values = [offset, *(v for pair in dims for v in pair)]
+        if not all(isinstance(v, int) and v >= 0 for v in values):
+            raise ValueError("a negative or non-integer size, stride or offset")
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InputError(f"{path}: {rel}: {fqn!r} has no plain tensor layout ({exc})") from exc
+    if any(size == 0 for size, _ in dims):
+        return
+    reach = offset + sum((size - 1) * stride for size, stride in dims) + 1
+    if reach > nbytes:
+        raise InputError(
+            f"{path}: {rel}: {fqn!r} reaches element {reach - 1} of a record of {nbytes} bytes; the file "
+            "is corrupt"
+        )
 
 
 def _check_sample_inputs(path: Path, rel: str, raw: bytes) -> None:

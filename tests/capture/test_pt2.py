@@ -273,3 +273,25 @@ def test_dynamic_programs_with_size_expressions_still_load(tmp_path: Path) -> No
     torch.export.save(torch.export.export(Halves(), (torch.randn(4, 6),), dynamic_shapes=(dims,)), path)
     x = torch.randn(6, 5)
     torch.testing.assert_close(pathweave.optimize(path, x, strategy="sequential")(x), Halves()(x))
+
+
+LAYOUTS = [("storage_offset", {"as_int": 1000}, "reaches element"),
+           ("strides", [{"as_int": -1}, {"as_int": 1}], "plain tensor"),
+           ("sizes", [{"as_int": 1 << 40}, {"as_int": 8}], "reaches")]  # fmt: skip
+
+
+@pytest.mark.parametrize("field, value, match", LAYOUTS)
+def test_tensor_layout_outside_its_record(saved: Path, tmp_path: Path, field, value, match) -> None:
+    """An empty or short record with huge sizes would make torch allocate them, or read out of bounds."""
+    bad = tmp_path / "bad.pt2"
+
+    def edit(name: str, data: bytes) -> bytes:
+        if not name.endswith("weights_config.json"):
+            return data
+        config = json.loads(data)
+        next(iter(config["config"].values()))["tensor_meta"][field] = value
+        return json.dumps(config).encode()
+
+    _rewrite(saved, bad, edit)
+    with pytest.raises(InputError, match=match):
+        pathweave.optimize(bad, torch.randn(2, 8), strategy="sequential")
