@@ -295,3 +295,50 @@ def test_tensor_layout_outside_its_record(saved: Path, tmp_path: Path, field, va
     _rewrite(saved, bad, edit)
     with pytest.raises(InputError, match=match):
         pathweave.optimize(bad, torch.randn(2, 8), strategy="sequential")
+
+
+def _spec_context(program: dict, context: object) -> dict:
+    sig = program["graph_module"]["module_call_graph"][0]["signature"]
+    protocol, root = json.loads(sig["in_spec"])
+    root["context"] = json.dumps(context)
+    sig["in_spec"] = json.dumps([protocol, root])
+    return program
+
+
+def _spec_type(program: dict, type_name: str) -> dict:
+    sig = program["graph_module"]["module_call_graph"][0]["signature"]
+    protocol, root = json.loads(sig["out_spec"])
+    root["type"] = type_name
+    sig["out_spec"] = json.dumps([protocol, root])
+    return program
+
+
+def _first_node(program: dict, target: str) -> dict:
+    program["graph_module"]["graph"]["nodes"][0]["target"] = target
+    return program
+
+
+def _huge_value(program: dict) -> dict:
+    values = program["graph_module"]["graph"]["tensor_values"]
+    values[next(iter(values))]["sizes"] = [{"as_int": 1 << 31}, {"as_int": 4}]
+    return program
+
+
+@pytest.mark.parametrize(
+    "edit, match",
+    [(lambda p: _spec_context(p, [{"__enum__": True, "fqn": "ctypes:cdll", "name": "x.so"}]), "plain input"),
+     (lambda p: _spec_type(p, "collections.defaultdict"), "plain input"),
+     (lambda p: _first_node(p, "torch.ops.aten.from_file.default"), "reads or writes files"),
+     (lambda p: _first_node(p, "torch.ops.evil.op.default"), "not an operator"),
+     (lambda p: _size_expr(p, "9**9**9"), "not a size expression"),
+     (_huge_value, "more than pathweave allows")],
+    ids=["enum-import", "defaultdict-import", "from-file", "foreign-namespace", "power", "huge-value"],
+)  # fmt: skip
+def test_program_json_torch_would_act_on(saved: Path, tmp_path: Path, edit, match: str) -> None:
+    """A third hostile review: a spec context that makes torch import a module (ctypes: dlopen), an
+    op that maps a file as shared memory and writes through it, a size expression sympy computes for
+    minutes, a value of tens of GiB from a 5 KB file."""
+    evil = tmp_path / "evil.pt2"
+    _program_edit(saved, evil, edit)
+    with pytest.raises(InputError, match=match):
+        pathweave.optimize(evil, torch.randn(2, 8), strategy="sequential")
