@@ -20,7 +20,7 @@ from ..compare import mismatch
 from ..errors import CaptureError, InputError, UnsupportedError
 from .export import export_program, from_exported
 from .graph import Captured
-from .pt2 import load_pt2
+from .pt2 import bound_sizes, load_pt2
 from .shapes import TensorSpec, tensor_spec, tensor_specs
 from .trace import TraceFailure, first_line, trace_module
 
@@ -100,6 +100,7 @@ def _capture_program(ep: ExportedProgram, inputs: tuple, kwargs: dict, name: str
     if not inputs and not kwargs and ep.example_inputs is not None:
         inputs, kwargs = ep.example_inputs
     _check_inputs(inputs, kwargs, name)
+    bound_sizes(ep, inputs, kwargs, name)
     try:
         with torch.no_grad():
             expected = ep.module()(*inputs, **kwargs)

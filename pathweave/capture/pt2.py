@@ -16,8 +16,11 @@ import json
 import re
 import zipfile
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 import torch
+import torch.fx
+import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 
 from ..errors import InputError
@@ -32,6 +35,8 @@ _ENTRIES = {"models": (".json",), "data/weights": ("weight_", "_config.json"),
 #: an archive may expand to at most this multiple of its size on disk, plus the slack below (torch
 #: stores entries uncompressed; a larger ratio is a zip bomb)
 MAX_EXPANSION, EXPANSION_SLACK = 4, 64 << 20
+#: the most elements one value of a program may have (1 G: 4 GiB of float32)
+MAX_ELEMENTS = 1 << 30
 #: plain data files of the archive (read as bytes or JSON, never unpickled)
 _DATA_FILES = ("archive_format", "archive_version", "byteorder", ".data/version", ".data/serialization_id")
 
@@ -46,6 +51,37 @@ def load_pt2(path: Path) -> ExportedProgram:
         return torch.export.load(io.BytesIO(data))
     except Exception as exc:
         raise InputError(f"{path} is not a readable torch.export .pt2 file: {first_line(exc)}") from exc
+
+
+class _TooBig(Exception):
+    pass
+
+
+class _Sizes(torch.fx.Interpreter):
+    def run_node(self, n: torch.fx.Node) -> Any:
+        out = super().run_node(n)
+        for t in pytree.tree_leaves(out):
+            if isinstance(t, torch.Tensor) and isinstance(t.numel(), int) and t.numel() > MAX_ELEMENTS:
+                raise _TooBig(f"node {n.format_node()} makes {t.numel()} elements")
+        return out
+
+
+def bound_sizes(ep: ExportedProgram, inputs: tuple, kwargs: dict, name: str) -> None:
+    """Run ``ep`` on fake tensors of the inputs' shapes first and refuse it if a value (a view too)
+    passes ``MAX_ELEMENTS``: a program is code, and one read from a file may declare small shapes in
+    its JSON while its constant arguments ask for an 8 GiB ``full`` or a 3e12-element ``expand`` summed
+    (both found by a hostile review). Work per element is not bounded."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    try:
+        with FakeTensorMode(allow_non_fake_inputs=True, shape_env=ShapeEnv()) as mode:
+            fake = pytree.tree_map_only(torch.Tensor, mode.from_tensor, (inputs, kwargs))
+            _Sizes(ep.module()).run(*pytree.tree_leaves(fake))
+    except _TooBig as exc:
+        raise InputError(f"{name}: {exc}, more than pathweave runs ({MAX_ELEMENTS}); refused") from exc
+    except Exception:  # noqa: BLE001 - the real run that follows names what does not fit
+        return
 
 
 def check_archive(path: Path) -> None:

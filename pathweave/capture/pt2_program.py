@@ -25,6 +25,19 @@ _TARGET = re.compile(r"torch\.ops\.(aten|prims|higher_order|quantized_decomposed
                      r"|_operator\.\w+|math\.\w+|torch\._?sym_\w+")
 #: ATen ops that read or write files by name (found by scanning every ATen schema for such arguments)
 _FILE_OPS = re.compile(r"\bfrom_file\b|aten[.:]+save\b")
+#: private ATen ops a program may call (the others include views without bounds checks, such as
+#: ``_reshape_alias``: a fourth hostile review read and wrote memory outside a tensor with it)
+_PRIVATE_OK = frozenset(
+    "_assert_tensor_metadata _assert_scalar _assert_async _functional_assert_async _to_copy _softmax "
+    "_log_softmax _safe_softmax _native_batch_norm_legit_no_training _native_batch_norm_legit "
+    "_native_batch_norm_legit_functional _scaled_dot_product_flash_attention_for_cpu "
+    "_scaled_dot_product_efficient_attention _scaled_dot_product_flash_attention _unsafe_view "
+    "_adaptive_avg_pool2d _prelu_kernel _upsample_bilinear2d_aa _upsample_nearest_exact2d "
+    "_local_scalar_dense _make_dep_token _weight_norm_interface _embedding_bag _cdist_forward".split()
+)
+#: ops that write through raw storage, or call other ops or loop without bound
+_DENIED = frozenset({"set_", "as_strided_", "resize_", "resize_as_"})
+_HIGHER_ORDER_OK = frozenset({"cond", "map_impl", "invoke_subgraph"})
 #: pytree node types a program's input and output specs may name; their contexts are plain JSON
 _SPEC_TYPES = frozenset({None, "builtins.tuple", "builtins.list", "builtins.dict", "collections.OrderedDict"})
 #: the most bytes one value of the program may take (its shapes are in the JSON; a 5 KB file asked for
@@ -59,7 +72,9 @@ def _walk(value: Any, path: list[str], where: str) -> Any:
             for name, meta in value.items():
                 _check_value_size(meta, path + [name], where)
         if "target" in value and "inputs" in value:  # a graph node: its target is looked up on torch
-            _check(_TARGET, value["target"], path + ["target"], where, "an operator")
+            _check_op(value["target"], path + ["target"], where)
+        if "as_operator" in value:  # an op handed to another (wrap, with_effects): the same rules
+            _check_op(value["as_operator"], path + ["as_operator"], where)
         out = {}
         for k, v in value.items():
             if k == "metadata" or k == "guards_code":
@@ -81,6 +96,24 @@ def _walk(value: Any, path: list[str], where: str) -> Any:
         elif key not in _FREE_TEXT and not (key == "target" and _TARGET.fullmatch(value)):
             _check(_NAME, value, path, where, "a name")
     return value
+
+
+def _check_op(target: Any, path: list[str], where: str) -> None:
+    _check(_TARGET, target, path, where, "an operator")
+    parts = target.split(".")
+    if parts[0] != "torch" or len(parts) < 4:
+        return  # _operator.*, math.*, torch.sym_*
+    namespace, name = parts[2], parts[3]
+    refused = (
+        name in _DENIED
+        or (namespace == "aten" and name.startswith("_") and name not in _PRIVATE_OK)
+        or (namespace == "higher_order" and name not in _HIGHER_ORDER_OK)
+    )
+    if refused:
+        raise InputError(
+            f"{where}: {'/'.join(path)} = {target!r} is an op pathweave does not run from a file (raw "
+            "memory, or one that calls other ops); refused"
+        )
 
 
 def _check_spec(text: str, path: list[str], where: str) -> None:

@@ -342,3 +342,46 @@ def test_program_json_torch_would_act_on(saved: Path, tmp_path: Path, edit, matc
     _program_edit(saved, evil, edit)
     with pytest.raises(InputError, match=match):
         pathweave.optimize(evil, torch.randn(2, 8), strategy="sequential")
+
+
+def _insert_node(program: dict, target: str, args: list) -> dict:
+    """A node before the output that calls ``target`` on ``args`` (serialized argument dicts)."""
+    graph = program["graph_module"]["graph"]
+    inputs = [{"name": f"a{i}", "arg": a, "kind": 1} for i, a in enumerate(args)]
+    node = {"target": target, "inputs": inputs, "outputs": [{"as_tensor": {"name": "evil_out"}}],
+            "metadata": {}, "is_hop_single_tensor_return": None}
+    graph["tensor_values"]["evil_out"] = next(iter(graph["tensor_values"].values()))
+    graph["nodes"].append(node)
+    return program
+
+
+@pytest.mark.parametrize(
+    "target, args, match",
+    [("torch.ops.aten._reshape_alias.default", [], "does not run from a file"),
+     ("torch.ops.higher_order.wrap", [{"as_operator": "torch.ops.inductor._alloc_from_pool.default"}],
+      "not an operator|does not run"),
+     ("torch.ops.aten.set_.source_Tensor", [], "does not run from a file")],
+    ids=["unchecked-view", "wrap-any-op", "set-storage"],
+)  # fmt: skip
+def test_ops_that_reach_raw_memory_are_refused(saved: Path, tmp_path: Path, target, args, match) -> None:
+    """A fourth hostile review read and wrote memory outside a tensor with ``_reshape_alias`` + ``fill_``,
+    and ran any op of any namespace through ``higher_order.wrap``."""
+    evil = tmp_path / "evil.pt2"
+    _program_edit(saved, evil, lambda p: _insert_node(p, target, args))
+    with pytest.raises(InputError, match=match):
+        pathweave.optimize(evil, torch.randn(2, 8), strategy="sequential")
+
+
+class _Huge(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.expand(1 << 20, 1 << 20, 2, 8).sum((0, 1))
+
+
+def test_a_program_whose_values_pass_the_bound_is_refused_before_it_runs(tmp_path: Path) -> None:
+    """A program is code: a 3e12-element view summed would run for hours (its JSON may declare small
+    shapes); sizes are checked on fake tensors first."""
+    x = torch.randn(2, 8)
+    path = tmp_path / "huge.pt2"
+    torch.export.save(torch.export.export(_Huge(), (x,)), path)
+    with pytest.raises(InputError, match="elements"):
+        pathweave.optimize(path, x, strategy="sequential")
