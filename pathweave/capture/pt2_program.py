@@ -5,10 +5,12 @@ into the generated ``forward`` (a name like ``x=__import__('os')...`` runs at de
 names into ``getattr(self, "...")`` strings, size expressions through ``sympy.sympify`` (which
 evaluates), guard strings into generated checks, and node targets are looked up on ``torch`` (a target
 ``torch.load`` would be called with the graph's constant arguments). So every name must be a dotted
-identifier, every node target an operator (``torch.ops.*``, ``_operator.*``, ``math.*`` or torch's
-``sym_*``), and size expressions may hold only sympy's constructors of integers, symbols and the
-arithmetic torch uses. Node metadata (stack traces, module paths) and guard strings are dropped: torch
-only prints the first and pathweave re-specialises programs to the inputs it is given.
+identifier, every node target an operator (ATen's public ops and a listed few private ones, cond, map
+and invoke_subgraph, ``quantized_decomposed``, ``_operator.*``, ``math.*`` or torch's ``sym_*``; no
+``prims``, whose views check no bounds), and size expressions may hold only sympy's constructors of
+integers, symbols and the arithmetic torch uses. Node metadata (stack traces, module paths) and guard
+strings are dropped: torch only prints the first and pathweave re-specialises programs to the inputs
+it is given.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 from ..errors import InputError
 
 _NAME = re.compile(r"[A-Za-z0-9_.]*")
-_TARGET = re.compile(r"torch\.ops\.(aten|prims|higher_order|quantized_decomposed)\.\w+(\.\w+)?"
+_TARGET = re.compile(r"torch\.ops\.(aten|higher_order|quantized_decomposed)\.\w+(\.\w+)?"
                      r"|_operator\.\w+|math\.\w+|torch\._?sym_\w+")
 #: ATen ops that read or write files by name (found by scanning every ATen schema for such arguments)
 _FILE_OPS = re.compile(r"\bfrom_file\b|aten[.:]+save\b")
