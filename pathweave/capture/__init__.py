@@ -100,10 +100,12 @@ def _capture_program(ep: ExportedProgram, inputs: tuple, kwargs: dict, name: str
     if not inputs and not kwargs and ep.example_inputs is not None:
         inputs, kwargs = ep.example_inputs
     _check_inputs(inputs, kwargs, name)
-    bound_sizes(ep, inputs, kwargs, name)
     try:
+        bound_sizes(ep, inputs, kwargs, name)  # on fake tensors: a program that fails there never runs
         with torch.no_grad():
             expected = ep.module()(*inputs, **kwargs)
+    except InputError:
+        raise
     except Exception as exc:  # the program's own guards: input count, shapes, dtypes
         raise InputError(
             f"{name}: the inputs ({_signature(inputs, kwargs)}) do not fit the exported program, which "

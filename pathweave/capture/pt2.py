@@ -57,13 +57,43 @@ class _TooBig(Exception):
     pass
 
 
+#: batch norms whose per-channel arguments torch's kernels index without checking their length
+_BATCH_NORMS = ("batch_norm", "native_batch_norm", "_native_batch_norm_legit",
+                "_native_batch_norm_legit_no_training", "_native_batch_norm_legit_functional")  # fmt: skip
+
+
 class _Sizes(torch.fx.Interpreter):
+    """Runs the program on fake tensors; raises ``_TooBig`` for a value past ``MAX_ELEMENTS`` (or one
+    whose size is data-dependent without such a bound) and for a batch norm whose statistics do not
+    have one value per channel."""
+
+    def __init__(self, gm: torch.fx.GraphModule, shape_env: Any) -> None:
+        super().__init__(gm)
+        self.shape_env = shape_env
+
     def run_node(self, n: torch.fx.Node) -> Any:
+        packet = getattr(n.target, "_overloadpacket", None) if n.op == "call_function" else None
+        if getattr(packet, "__name__", "") in _BATCH_NORMS:
+            self._check_batch_norm(n)
         out = super().run_node(n)
         for t in pytree.tree_leaves(out):
-            if isinstance(t, torch.Tensor) and isinstance(t.numel(), int) and t.numel() > MAX_ELEMENTS:
-                raise _TooBig(f"node {n.format_node()} makes {t.numel()} elements")
+            if isinstance(t, torch.Tensor) and self._elements(t.numel()) > MAX_ELEMENTS:
+                raise _TooBig(f"node {n.format_node()} makes up to {self._elements(t.numel())} elements")
         return out
+
+    def _elements(self, numel: Any) -> float:
+        if isinstance(numel, int):
+            return numel
+        upper = self.shape_env.bound_sympy(numel.node.expr).upper  # a data-dependent size: its bound
+        return float(upper) if upper.is_finite else float("inf")
+
+    def _check_batch_norm(self, n: torch.fx.Node) -> None:
+        args = [self.env[a] if isinstance(a, torch.fx.Node) else a for a in n.args]
+        channels = args[0].shape[1] if args[0].dim() > 1 else 1
+        for stat in args[1:5]:
+            if isinstance(stat, torch.Tensor) and stat.numel() != channels:
+                raise _TooBig(f"node {n.format_node()} has {channels} channels but a statistic of "
+                              f"{stat.numel()} values")  # fmt: skip
 
 
 def bound_sizes(ep: ExportedProgram, inputs: tuple, kwargs: dict, name: str) -> None:
@@ -74,14 +104,19 @@ def bound_sizes(ep: ExportedProgram, inputs: tuple, kwargs: dict, name: str) -> 
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
+    shape_env = ShapeEnv()
     try:
-        with FakeTensorMode(allow_non_fake_inputs=True, shape_env=ShapeEnv()) as mode:
-            fake = pytree.tree_map_only(torch.Tensor, mode.from_tensor, (inputs, kwargs))
-            _Sizes(ep.module()).run(*pytree.tree_leaves(fake))
+        with FakeTensorMode(allow_non_fake_inputs=True, shape_env=shape_env) as mode:
+            def static(t: torch.Tensor) -> torch.Tensor:
+                return mode.from_tensor(t, static_shapes=True)
+
+            fake = pytree.tree_map_only(torch.Tensor, static, (inputs, kwargs))
+            _Sizes(ep.module(), shape_env).run(*pytree.tree_leaves(fake))
     except _TooBig as exc:
-        raise InputError(f"{name}: {exc}, more than pathweave runs ({MAX_ELEMENTS}); refused") from exc
-    except Exception:  # noqa: BLE001 - the real run that follows names what does not fit
-        return
+        raise InputError(
+            f"{name}: {first_line(exc)} (pathweave runs at most {MAX_ELEMENTS} per value); refused"
+        ) from exc
+    # any other failure (the program's own guards on the inputs) goes to the caller: nothing has run
 
 
 def check_archive(path: Path) -> None:

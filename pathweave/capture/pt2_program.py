@@ -35,10 +35,11 @@ _PRIVATE_OK = frozenset(
     "_native_batch_norm_legit_functional _scaled_dot_product_flash_attention_for_cpu "
     "_scaled_dot_product_efficient_attention _scaled_dot_product_flash_attention _unsafe_view "
     "_adaptive_avg_pool2d _prelu_kernel _upsample_bilinear2d_aa _upsample_nearest_exact2d "
-    "_local_scalar_dense _make_dep_token _weight_norm_interface _embedding_bag _cdist_forward".split()
+    "_local_scalar_dense _make_dep_token _weight_norm_interface _cdist_forward".split()
 )
 #: ops that write through raw storage, or call other ops or loop without bound
-_DENIED = frozenset({"set_", "as_strided_", "resize_", "resize_as_"})
+_DENIED = frozenset({"set_", "as_strided_", "resize_", "resize_as_", "resize", "resize_as", "embedding_bag",
+                     "_embedding_bag", "_embedding_bag_forward_only"})  # negative offsets read anywhere
 _HIGHER_ORDER_OK = frozenset({"cond", "map_impl", "invoke_subgraph"})
 #: pytree node types a program's input and output specs may name; their contexts are plain JSON
 _SPEC_TYPES = frozenset({None, "builtins.tuple", "builtins.list", "builtins.dict", "collections.OrderedDict"})
@@ -49,6 +50,7 @@ _EXPR_TOKEN = re.compile(r"\s+|'[A-Za-z]+\d*'|\d{1,18}(\.\d{1,18})?|[A-Za-z_]\w*
 _SYMBOL = re.compile(r"[a-z]+\d+")
 #: words a size expression may hold: sympy's and torch's constructors and assumptions, nothing else
 _EXPR_WORDS = frozenset(
+    "GreaterThan StrictGreaterThan LessThan StrictLessThan Equality Unequality "
     "Symbol Integer Rational Float Add Mul Max Min Abs Mod Eq Ne Lt Le Gt Ge And Or Not true false "
     "True False positive integer nonnegative negative real finite FloorDiv CeilDiv ModularIndexing Where "
     "PythonMod CleanDiv CeilToInt FloorToInt IntTrueDiv FloatTrueDiv TruncToInt TruncToFloat ToFloat "

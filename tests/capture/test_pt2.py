@@ -385,3 +385,47 @@ def test_a_program_whose_values_pass_the_bound_is_refused_before_it_runs(tmp_pat
     torch.export.save(torch.export.export(_Huge(), (x,)), path)
     with pytest.raises(InputError, match="elements"):
         pathweave.optimize(path, x, strategy="sequential")
+
+
+class _BatchNormStats(torch.nn.Module):
+    """Statistics of one value for a 4096-channel input: the kernel reads past them."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        stats = torch.zeros(1) + x.sum() * 0
+        wide = torch.zeros(1, 4096) + x.sum() * 0
+        bn = torch.ops.aten._native_batch_norm_legit_no_training
+        return bn(wide, None, None, stats, stats + 1, 0.1, 0.0)[0]
+
+
+class _UnboundedExpand(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        n = (x.sum() * 0 + 4_000_000_000).long().item()  # a data-dependent size with no upper bound
+        return x.expand(n, 2, 8).sum(0)
+
+
+class _MaskedSelect(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x[x > 0] * 2
+
+
+@pytest.mark.parametrize("model, match", [(_BatchNormStats(), "channels but a statistic"),
+                                          (_UnboundedExpand(), "up to inf elements")])  # fmt: skip
+def test_programs_that_torch_kernels_would_overrun_are_refused(tmp_path: Path, model, match: str) -> None:
+    """A fifth hostile review: batch-norm statistics shorter than the channels read past the heap; a
+    data-dependent size from a constant escaped the element bound."""
+    x = torch.randn(2, 8)
+    path = tmp_path / "m.pt2"
+    try:
+        torch.export.save(torch.export.export(model, (x,)), path)
+    except Exception as exc:  # noqa: BLE001 - this torch cannot export it: nothing to load
+        pytest.skip(f"torch.export refused the probe: {type(exc).__name__}")
+    with pytest.raises(InputError, match=match):
+        pathweave.optimize(path, x, strategy="sequential")
+
+
+def test_data_dependent_sizes_with_a_bound_still_load(tmp_path: Path) -> None:
+    x = torch.randn(4, 8)
+    path = tmp_path / "mask.pt2"
+    torch.export.save(torch.export.export(_MaskedSelect(), (x,)), path)
+    fn = pathweave.optimize(path, x, strategy="sequential")
+    torch.testing.assert_close(fn(x), x[x > 0] * 2)
