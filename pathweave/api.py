@@ -105,31 +105,31 @@ def optimize(
     if device is None:
         device = str(captured.example_inputs[0].device) if captured.example_inputs else "cpu"
     try:
-        torch.device(device)
+        kind = torch.device(device).type
     except (RuntimeError, TypeError) as exc:
         raise InputError(f"device={device!r} is not a device; use 'cpu' or 'cuda'") from exc
-    if torch.device(device).type not in ("cpu", "cuda"):
+    if kind not in ("cpu", "cuda"):
         raise InputError(f"device={device!r}: pathweave runs on 'cpu' or 'cuda'")
-    if torch.device(device).type == "cuda" and not torch.cuda.is_available():
+    if kind == "cuda" and not torch.cuda.is_available():
         raise InputError("device='cuda' was asked for but CUDA is not available")
     if strategy == "auto" and captured.method != "export":
         warnings.warn(
             f"{captured.name}: captured by fx tracing; the fast CPU path needs torch.export", stacklevel=2
         )
-    if stacks and strategy in ("auto", "lanes") and torch.device(device).type != "cpu":
+    if stacks and strategy in ("auto", "lanes") and kind != "cpu":
         raise InputError(f"stacks=True with strategy {strategy!r} runs on CPU; on CUDA use 'stacks'")
-    if strategy == "streams" or (strategy == "auto" and torch.device(device).type == "cuda"):
+    if strategy == "streams" or (strategy == "auto" and kind == "cuda"):
         return _streams(captured, strategy)
     if strategy == "tiles":
-        if torch.device(device).type != "cpu":
+        if kind != "cpu":
             raise InputError("strategy 'tiles' runs on CPU")
         return _tiles(captured)
     if strategy == "stacks" or (strategy == "sequential" and stacks):
         from .execute.stacks import StacksStrategy
 
         return StacksStrategy(captured, device=device)
-    if strategy == "lanes" or (strategy == "auto" and torch.device(device).type == "cpu"):
-        if torch.device(device).type != "cpu":
+    if strategy == "lanes" or (strategy == "auto" and kind == "cpu"):
+        if kind != "cpu":
             raise InputError("strategy 'lanes' runs on CPU; use 'sequential' on CUDA")
         recapture = _recapture(model, kwargs, captured.name)
         if strategy == "lanes":

@@ -27,10 +27,6 @@ class CallGuard:
         self._running = False
         self._closed = False
 
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
     @contextmanager
     def call(self) -> Iterator[None]:
         with self._cond:

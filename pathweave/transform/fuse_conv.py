@@ -5,9 +5,9 @@
 the exact input shape, into oneDNN's blocked layout (opaque ``torch._mkldnn`` tensors).
 
 ReLU is not fused: oneDNN's ReLU post-op (every form of it: relu, leaky_relu with alpha 0, hardtanh
-from 0) maps NaN to 0 where ``torch.relu`` keeps it, so it stays a separate ``aten.relu``: GoogLeNet
-and ResNet-50 0-3 % slower on 2 threads (A/B, AMD EPYC). The other post-ops keep NaN and +-inf as
-eager does.
+from 0) maps NaN to 0 where ``torch.relu`` keeps it. It stays a separate op, which ``relu_inplace``
+then runs in place on the convolution's fresh output (GoogLeNet 9.22 ms fused, 9.31 in place, 9.40
+separate; A/B, 2 threads, AMD EPYC). The other post-ops keep NaN and +-inf as eager does.
 """
 
 from __future__ import annotations
