@@ -19,7 +19,7 @@ from torch.export import ExportedProgram
 from ..compare import mismatch
 from ..errors import CaptureError, InputError, UnsupportedError
 from .export import export_program, from_exported
-from .graph import Captured
+from .graph import Captured, describe
 from .pt2 import bound_sizes, load_pt2
 from .shapes import TensorSpec, tensor_spec, tensor_specs
 from .trace import TraceFailure, first_line, trace_module
@@ -135,13 +135,11 @@ def _symbolic(ep: ExportedProgram) -> bool:
 
 def _program_signature(ep: ExportedProgram) -> str:
     user = set(ep.graph_signature.user_inputs)
-    vals = [n.meta.get("val") for n in ep.graph.nodes if n.op == "placeholder" and n.name in user]
-    return ", ".join(f"{tuple(v.shape)} {v.dtype}" if isinstance(v, torch.Tensor) else repr(v) for v in vals)
+    return describe(n.meta.get("val") for n in ep.graph.nodes if n.op == "placeholder" and n.name in user)
 
 
 def _signature(inputs: tuple, kwargs: dict) -> str:
-    return ", ".join(f"{tuple(t.shape)} {t.dtype}" if isinstance(t, torch.Tensor) else type(t).__name__
-                     for t in pytree.tree_leaves((inputs, kwargs)))  # fmt: skip
+    return describe(pytree.tree_leaves((inputs, kwargs)))
 
 
 def _check_inputs(inputs: tuple, kwargs: dict, name: str) -> None:

@@ -40,7 +40,7 @@ class Captured:
         if len(flat) != len(self.example_inputs):
             raise InputError(
                 f"{self.name}: called with {len(flat)} input(s), the graph takes {len(self.example_inputs)}: "
-                f"{_describe(self.example_inputs)}"
+                f"{describe(self.example_inputs)}"
             )
         if spec != self.in_spec:
             raise InputError(f"{self.name}: inputs are structured as {spec}, captured with {self.in_spec}")
@@ -72,8 +72,10 @@ class Captured:
         return hashlib.sha256((self.gm.code + sig).encode()).hexdigest()[:16]
 
 
-def _describe(tensors: tuple[torch.Tensor, ...]) -> str:
-    return ", ".join(f"{tuple(t.shape)} {t.dtype}" for t in tensors)
+def describe(values: Any) -> str:
+    """``(2, 3) torch.float32, ...`` for a sequence of tensors (other values as their short repr)."""
+    return ", ".join(f"{tuple(v.shape)} {v.dtype}" if isinstance(v, torch.Tensor) else repr(v)[:40]
+                     for v in values)  # fmt: skip
 
 
 def attr_value(gm: torch.fx.GraphModule, target: str) -> Any:

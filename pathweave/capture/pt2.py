@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import io
 import json
-import re
 import zipfile
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -24,7 +23,7 @@ import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 
 from ..errors import InputError
-from .pt2_program import clean_program
+from .pt2_program import NAME, clean_program
 from .trace import first_line
 
 #: top-level folders of an archive holding native code or formats pathweave does not read
@@ -221,7 +220,7 @@ def _check_config(path: Path, rel: str, raw: bytes, sizes: dict[str, int]) -> No
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise InputError(f"{path}: {rel} is not a valid payload config: {first_line(exc)}") from exc
     for fqn, meta in entries:
-        if not re.fullmatch(r"[A-Za-z0-9_.]+", fqn):
+        if not fqn or not NAME.fullmatch(fqn):
             raise InputError(f"{path}: {rel}: {fqn[:80]!r} is not a parameter name; refused")
         if not isinstance(meta, dict):
             raise InputError(f"{path}: {rel}: entry {fqn!r} is not an object")

@@ -22,7 +22,8 @@ from typing import Any
 
 from ..errors import InputError
 
-_NAME = re.compile(r"[A-Za-z0-9_.]*")
+#: what a name in a program may be (torch writes names into generated source)
+NAME = re.compile(r"[A-Za-z0-9_.]*")
 _TARGET = re.compile(r"torch\.ops\.(aten|higher_order|quantized_decomposed)\.\w+(\.\w+)?"
                      r"|_operator\.\w+|math\.\w+|torch\._?sym_\w+")
 #: ATen ops that read or write files by name (found by scanning every ATen schema for such arguments)
@@ -87,7 +88,7 @@ def _walk(value: Any, path: list[str], where: str) -> Any:
             if key == "range_constraints":
                 _check_expr(k, path + [k], where)
             elif key not in _FREE_TEXT:
-                _check(_NAME, k, path + [k], where, "a name")
+                _check(NAME, k, path + [k], where, "a name")
             out[k] = _walk(v, path + [k], where)
         return out
     if isinstance(value, list):
@@ -98,7 +99,7 @@ def _walk(value: Any, path: list[str], where: str) -> Any:
         elif key in ("in_spec", "out_spec"):
             _check_spec(value, path, where)
         elif key not in _FREE_TEXT and not (key == "target" and _TARGET.fullmatch(value)):
-            _check(_NAME, value, path, where, "a name")
+            _check(NAME, value, path, where, "a name")
     return value
 
 

@@ -19,7 +19,8 @@ import numpy as np
 import torch
 
 import pathweave
-from pathweave.errors import PathweaveError
+from pathweave.capture.onnx import numpy_to_torch
+from pathweave.errors import PathweaveError, UnsupportedError
 
 #: (rtol, atol) per output dtype; integers, bools and float8 are compared exactly
 TOLERANCES = {
@@ -28,13 +29,6 @@ TOLERANCES = {
     torch.float16: (1e-2, 1e-3),
     torch.bfloat16: (2e-2, 1e-2),  # one bf16 ulp is 0.4%; expanded functions round at every op
 }
-_VIEWS = {
-    "bfloat16": (np.uint16, torch.bfloat16), "float8_e4m3fn": (np.uint8, torch.float8_e4m3fn),
-    "float8_e4m3fnuz": (np.uint8, torch.float8_e4m3fnuz), "float8_e5m2": (np.uint8, torch.float8_e5m2),
-    "float8_e5m2fnuz": (np.uint8, torch.float8_e5m2fnuz),
-}  # fmt: skip
-_NATIVE = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16",
-           "float32", "float64")  # fmt: skip
 
 
 @functools.cache
@@ -62,11 +56,10 @@ def to_torch(value: Any) -> Any:
         value = np.asarray(value)
     if not isinstance(value, np.ndarray):
         return value
-    array = np.array(value, copy=True, order="C")
-    if array.dtype.name in _VIEWS:
-        raw, dtype = _VIEWS[array.dtype.name]
-        return torch.from_numpy(array.view(raw)).view(dtype)
-    return torch.from_numpy(array) if array.dtype.name in _NATIVE else value
+    try:
+        return numpy_to_torch(value, "a case value")
+    except UnsupportedError:
+        return value
 
 
 def difference(got: Any, want: Any) -> str | None:
