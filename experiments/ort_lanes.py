@@ -26,9 +26,9 @@ import onnx
 import onnxruntime as ort
 from onnx.utils import Extractor
 
-from pathweave.analyze.dag import Dag
+from pathweave.analysis.dag import Dag
 from pathweave.bench.peers import onnx_export
-from pathweave.schedule import plan_lanes
+from pathweave.lanes.mapping import plan_lanes
 from pathweave.zoo.load import load_model
 
 

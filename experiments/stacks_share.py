@@ -35,12 +35,12 @@ from typing import Any
 import torch
 import torch.fx
 
-from pathweave.analyze.profile import NodeTimer
-from pathweave.capture import capture
-from pathweave.execute.sequential import SequentialExecutor
-from pathweave.execute.stacks import StacksStrategy
-from pathweave.transform.stack_kernel import StackModule
-from pathweave.transform.stacks import _layer, propose
+from pathweave.analysis.profile import NodeTimer
+from pathweave.frontend.capture import capture
+from pathweave.sequential import SequentialExecutor
+from pathweave.stacks.collapse import _layer, propose
+from pathweave.stacks.kernel import StackModule
+from pathweave.stacks.strategy import StacksStrategy
 from pathweave.zoo.load import load_model
 
 MODELS = ("vgg16_bn", "densenet121", "resnet50", "squeezenet1_0")

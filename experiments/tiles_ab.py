@@ -7,7 +7,7 @@ function, a constant), then the attribute is restored. Between runs the script s
 other runtime's workers, which spin a few ms after an inference, have parked.
 
 Run: ``python experiments/tiles_ab.py MODEL MODULE:ATTR EXPR [--threads 2] [--rounds 30]``, e.g.
-``python experiments/tiles_ab.py resnet50 pathweave.execute.tile_program:conv_layout "lambda n: None"``
+``python experiments/tiles_ab.py resnet50 pathweave.tiles.program:conv_layout "lambda n: None"``
 (the transposed and im2col-free convolution layouts against the row-vector kernels alone).
 
 ``ATTR`` may also be ``c:NAME``, an int the native library exports for experiments (``pw_tj_max``: the
@@ -27,7 +27,7 @@ import torch
 
 import pathweave
 import pathweave.zoo as zoo
-from pathweave.execute.tiles import TilesStrategy
+from pathweave.tiles.strategy import TilesStrategy
 
 
 def main() -> None:
@@ -75,7 +75,7 @@ def _native_ab(args: argparse.Namespace, strategy: TilesStrategy, inputs: list) 
     ``args.expression``."""
     import ctypes
 
-    from pathweave.execute import tile_runtime
+    from pathweave.tiles import runtime as tile_runtime
 
     knob = ctypes.c_int.in_dll(tile_runtime._library(), args.attribute[2:])
     values = {"current": knob.value, "patched": int(args.expression)}

@@ -15,8 +15,6 @@ Importing pathweave does nothing but define names; submodules load on first use.
 from __future__ import annotations
 
 import importlib
-import sys
-import types
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
@@ -24,7 +22,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "load_model": "pathweave.zoo.load",
     "STRATEGIES": "pathweave.api",
-    "CoExecutor": "pathweave.execute.coexec",
+    "CoExecutor": "pathweave.tiles.coexec",
     "PathweaveError": "pathweave.errors",
     "InputError": "pathweave.errors",
     "UnknownModelError": "pathweave.errors",
@@ -56,8 +54,8 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from .api import STRATEGIES
-    from .errors import (
+    from pathweave.api import STRATEGIES
+    from pathweave.errors import (
         CaptureError,
         ClosedError,
         ExecutionError,
@@ -68,20 +66,20 @@ if TYPE_CHECKING:
         UnknownModelError,
         UnsupportedError,
     )
-    from .execute.coexec import CoExecutor
-    from .zoo.load import load_model
+    from pathweave.tiles.coexec import CoExecutor
+    from pathweave.zoo.load import load_model
 
 
 def analyze(model: Any, *inputs: Any, measure: bool = False, **kwargs: Any) -> Any:
     """Work, critical path and parallelism of ``model``; see ``pathweave.api.analyze``."""
-    from .api import analyze as _analyze
+    from pathweave.api import analyze as _analyze
 
     return _analyze(model, *inputs, measure=measure, **kwargs)
 
 
 def capture(model: Any, *inputs: Any, **kwargs: Any) -> Any:
-    """The whole model as one torch.fx graph with shapes; see ``pathweave.capture.capture``."""
-    from .capture import capture as _capture
+    """The whole model as one torch.fx graph with shapes; see ``pathweave.frontend.capture``."""
+    from pathweave.frontend.capture import capture as _capture
 
     return _capture(model, *inputs, **kwargs)
 
@@ -90,26 +88,9 @@ def optimize(
     model: Any, *inputs: Any, strategy: str = "auto", device: str | None = None, **kwargs: Any
 ) -> Any:
     """A callable with ``model``'s outputs, run by ``strategy``; see ``pathweave.api.optimize``."""
-    from .api import optimize as _optimize
+    from pathweave.api import optimize as _optimize
 
     return _optimize(model, *inputs, strategy=strategy, device=device, **kwargs)
-
-
-#: public functions that share their name with a subpackage
-_SHADOWED = ("analyze", "capture")
-
-
-class _Package(types.ModuleType):
-    """Keeps the functions ``analyze`` and ``capture`` when the subpackages of the same names are
-    imported (the import system would otherwise overwrite the attribute with the module)."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in _SHADOWED and isinstance(value, types.ModuleType):
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package
 
 
 def __getattr__(name: str) -> Any:

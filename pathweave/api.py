@@ -10,10 +10,12 @@ from typing import Any
 
 import torch
 
-from .analyze import Analysis, analyze_captured
-from .capture import Captured, capture
-from .errors import InputError, PathweaveError
-from .execute import SequentialExecutor, build_lanes, sequential_path
+from pathweave.analysis.analyze import Analysis, analyze_captured
+from pathweave.errors import InputError, PathweaveError
+from pathweave.frontend.capture import capture
+from pathweave.frontend.graph import Captured
+from pathweave.lanes.strategy import build_lanes, sequential_path
+from pathweave.sequential import SequentialExecutor
 
 #: strategies ``optimize`` knows; bench candidates are named "pathweave:<strategy>"
 STRATEGIES = ("auto", "sequential", "lanes", "stacks", "streams", "tiles")
@@ -37,7 +39,7 @@ def _resolve(model: Any, inputs: tuple) -> tuple[Any, tuple, str | None]:
         return model, inputs, None
     if inputs and (Path(model).suffix in (".pt2", ".onnx") or Path(model).exists()):
         return model, inputs, None
-    from .zoo.load import load_model
+    from pathweave.zoo.load import load_model
 
     loaded = load_model(model)
     return loaded.model, tuple(inputs) or tuple(loaded.inputs), loaded.name
@@ -125,7 +127,7 @@ def optimize(
             raise InputError("strategy 'tiles' runs on CPU")
         return _tiles(captured)
     if strategy == "stacks" or (strategy == "sequential" and stacks):
-        from .execute.stacks import StacksStrategy
+        from pathweave.stacks.strategy import StacksStrategy
 
         return StacksStrategy(captured, device=device)
     if strategy == "lanes" or (strategy == "auto" and kind == "cpu"):
@@ -153,14 +155,14 @@ def optimize(
 
 
 def _tiles(captured: Captured) -> Any:
-    from .execute.tiles import TilesStrategy
+    from pathweave.tiles.strategy import TilesStrategy
 
     return TilesStrategy(captured)
 
 
 def _streams(captured: Captured, strategy: str) -> Any:
     """Opara streams; under "auto", the faster of them and the single-stream CUDA Graph (or eager)."""
-    from .execute.streams import StreamsStrategy
+    from pathweave.streams.strategy import StreamsStrategy
 
     if strategy == "streams":
         return StreamsStrategy(captured)

@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .errors import InputError, PathweaveError, require
+from pathweave.errors import InputError, PathweaveError, require
 
 if TYPE_CHECKING:
-    from .execute.tiles import TilesStrategy
+    from pathweave.tiles.strategy import TilesStrategy
 
 DEFAULT_MODEL = "googlenet"
 
@@ -76,7 +76,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _zoo() -> int:
-    from .zoo import MODELS
+    from pathweave.zoo import MODELS
 
     for m in MODELS.values():
         print(f"{m.name:18} {m.summary:45} ({m.reference})")
@@ -85,10 +85,10 @@ def _zoo() -> int:
 
 
 def _analyze(args: argparse.Namespace) -> int:
-    from .analyze import analyze_captured
-    from .capture import capture
-    from .report.tables import format_analysis
-    from .zoo.load import load_model
+    from pathweave.analysis.analyze import analyze_captured
+    from pathweave.frontend.capture import capture
+    from pathweave.report.tables import format_analysis
+    from pathweave.zoo.load import load_model
 
     loaded = load_model(args.model, batch=args.batch)
     captured = capture(loaded.model, *loaded.inputs, name=loaded.name)
@@ -98,7 +98,7 @@ def _analyze(args: argparse.Namespace) -> int:
     if args.json:
         args.json.write_text(json.dumps(d, indent=2))
     if args.plot:
-        from .report.plot import plot_dag
+        from pathweave.report.plot import plot_dag
 
         plot_dag(captured, analysis, args.plot)
         print(f"wrote {args.plot}")
@@ -106,8 +106,8 @@ def _analyze(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from .bench.harness import run_bench
-    from .report.tables import format_bench
+    from pathweave.bench.harness import run_bench
+    from pathweave.report.tables import format_bench
 
     wanted = [c.strip() for c in args.candidates.split(",")] if args.candidates else None
     report = run_bench(args.model, wanted, args.rounds, args.threads, args.device, args.batch, not args.quiet)
@@ -120,9 +120,9 @@ def _bench(args: argparse.Namespace) -> int:
 
 def _captured(args: argparse.Namespace):
     """The CLI's model argument, checked and captured (for the commands that plan lanes)."""
-    from .capture import capture
-    from .errors import InputError
-    from .zoo.load import load_model
+    from pathweave.errors import InputError
+    from pathweave.frontend.capture import capture
+    from pathweave.zoo.load import load_model
 
     if args.lanes < 1:
         raise InputError(f"--lanes must be >= 1, got {args.lanes}")
@@ -131,11 +131,11 @@ def _captured(args: argparse.Namespace):
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from .report.plan import format_variants, plan_variants
+    from pathweave.lanes.report import format_variants, plan_variants
 
     captured = _captured(args)
     if args.streams:
-        from .report.streams import format_stream_plans, stream_plans
+        from pathweave.streams.report import format_stream_plans, stream_plans
 
         rows = stream_plans(captured, args.max_streams)
         print(format_stream_plans(captured.name, rows))
@@ -153,10 +153,10 @@ def _plan(args: argparse.Namespace) -> int:
 def _timeline(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
-    from .capture import capture
-    from .execute.streams import StreamsStrategy
-    from .report.timeline import plot_timelines, replay_spans, summary
-    from .zoo.load import load_model
+    from pathweave.frontend.capture import capture
+    from pathweave.report.timeline import plot_timelines, replay_spans, summary
+    from pathweave.streams.strategy import StreamsStrategy
+    from pathweave.zoo.load import load_model
 
     loaded = load_model(args.model, batch=args.batch)
     captured = capture(loaded.model, *loaded.inputs, name=loaded.name)
@@ -176,10 +176,10 @@ def _timeline(args: argparse.Namespace) -> int:
 
 
 def _tiles(args: argparse.Namespace) -> int:
-    from .capture import capture
-    from .execute.tiles import TilesStrategy
-    from .report.tiles import format_tiles, parse_workers, tiles_report
-    from .zoo.load import load_model
+    from pathweave.frontend.capture import capture
+    from pathweave.tiles.report import format_tiles, parse_workers, tiles_report
+    from pathweave.tiles.strategy import TilesStrategy
+    from pathweave.zoo.load import load_model
 
     workers = parse_workers(args.threads)
     if args.timeline:  # checked before the long work
@@ -202,8 +202,8 @@ def _tiles(args: argparse.Namespace) -> int:
 
 
 def _tiles_timeline(strategy: TilesStrategy, workers: list[int], path: Path) -> None:
-    from .execute.tile_profile import trace_tiles
-    from .report.timeline import plot_timelines, summary
+    from pathweave.report.timeline import plot_timelines, summary
+    from pathweave.tiles.profile import trace_tiles
 
     inputs = list(strategy.captured.example_inputs)
     panels = {}
@@ -221,8 +221,8 @@ def _tiles_timeline(strategy: TilesStrategy, workers: list[int], path: Path) -> 
 
 
 def _codegen(args: argparse.Namespace) -> int:
-    from .report.codegen import write_module
-    from .report.plan import lc_plan
+    from pathweave.lanes.report import lc_plan
+    from pathweave.lanes.standalone import write_module
 
     captured = _captured(args)
     plan = lc_plan(captured, args.lanes)
@@ -247,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "tiles":
             return _tiles(args)
         if args.command == "table":
-            from .report.results import markdown_table
+            from pathweave.report.results import markdown_table
 
             print(markdown_table(args.files))
             return 0

@@ -10,7 +10,8 @@ import torch
 import torch.utils._pytree as pytree
 
 from pathweave import zoo
-from pathweave.capture import Captured, capture
+from pathweave.frontend.capture import capture
+from pathweave.frontend.graph import Captured
 
 
 class ZooCache:

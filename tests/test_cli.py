@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from pathweave import cli, zoo
-from pathweave.analyze import analyze_captured
+from pathweave.analysis.analyze import analyze_captured
 
 STATIC_KEYS = {
     "model", "flops", "unit", "nodes", "edges", "total_work", "critical_path", "parallelism", "max_width",

@@ -22,10 +22,9 @@ from torch import nn
 import pathweave
 from pathweave import zoo
 from pathweave.errors import UnsupportedError
-from pathweave.execute import tile_runtime
-from pathweave.execute.tile_program import kernel_names
-
-from .conftest import flat_tensors
+from pathweave.tiles import runtime as tile_runtime
+from pathweave.tiles.program import kernel_names
+from tests.conftest import flat_tensors
 
 STRATEGIES = ("sequential", "lanes", "stacks", "tiles", "auto")
 KINDS = ("nan", "+inf", "-inf", "mixed")

@@ -7,15 +7,17 @@ import torch
 from torch import nn
 
 import pathweave
-from pathweave.analyze import build_dag
+from pathweave.analysis.dag import build_dag
 from pathweave.bench.candidate import Candidate
 from pathweave.bench.harness import Result, _check
-from pathweave.capture import capture
 from pathweave.errors import ExecutionError, UnsupportedError
-from pathweave.execute import LanesStrategy, SequentialExecutor
-from pathweave.report.codegen import write_module
-from pathweave.schedule import LanePlan, plan_lanes
-from pathweave.transform import fuse_conv, prune
+from pathweave.frontend.capture import capture
+from pathweave.lanes.mapping import plan_lanes
+from pathweave.lanes.plan import LanePlan
+from pathweave.lanes.standalone import write_module
+from pathweave.lanes.strategy import LanesStrategy
+from pathweave.passes import fuse_conv, prune
+from pathweave.sequential import SequentialExecutor
 
 
 def test_a_nan_output_is_wrong_not_ok() -> None:

@@ -21,14 +21,15 @@ from typing import Any
 
 import torch
 
-from ..capture import capture
-from ..execute import LanesStrategy, SequentialExecutor, build_lanes
-from ..machine import describe
-from ..report.progress import Progress
-from ..transform import prune
-from ..zoo.load import load_model
-from .candidate import Candidate, Skip, flatten_outputs
-from .peers import PEERS, peer_names, use_onnx_file
+from pathweave.bench.candidate import Candidate, Skip, flatten_outputs
+from pathweave.bench.peers import PEERS, peer_names, use_onnx_file
+from pathweave.frontend.capture import capture
+from pathweave.lanes.strategy import LanesStrategy, build_lanes
+from pathweave.machine import describe
+from pathweave.passes import prune
+from pathweave.report.progress import Progress
+from pathweave.sequential import SequentialExecutor
+from pathweave.zoo.load import load_model
 
 #: a candidate is WRONG when any output differs from eager by more than TOL * |eager| + TOL * scale,
 #: scale being the largest magnitude of that eager output (fused kernels reorder float sums)
@@ -93,7 +94,7 @@ def pathweave_builders(device: str) -> dict[str, Callable[..., Candidate]]:
         return _strategy_candidate("pathweave:lanes+stacks" if stacks else "pathweave:lanes", strat, threads)
 
     def stacks(captured: Any, threads: int, recapture: Any = None) -> Candidate:
-        from ..execute.stacks import StacksStrategy
+        from pathweave.stacks.strategy import StacksStrategy
 
         strat = StacksStrategy(captured, threads=threads, device=device)
         if device == "cpu":
@@ -105,7 +106,7 @@ def pathweave_builders(device: str) -> dict[str, Callable[..., Candidate]]:
     def tiles(captured: Any, threads: int, recapture: Any = None) -> Candidate:
         if device != "cpu":
             raise Skip("tiles run on CPU")
-        from ..execute.tiles import TilesStrategy
+        from pathweave.tiles.strategy import TilesStrategy
 
         return _strategy_candidate("pathweave:tiles", TilesStrategy(captured, threads=threads), threads)
 
@@ -132,7 +133,7 @@ STREAM_VARIANTS = {
 
 
 def _streams_variant(name: str, policy: str, captured: Any, threads: int, recapture: Any = None) -> Candidate:
-    from ..execute.streams import StreamsStrategy
+    from pathweave.streams.strategy import StreamsStrategy
 
     strat = StreamsStrategy(captured, policy=policy, copy_outputs=False)
     flat = [t.to("cuda") for t in captured.example_inputs]
@@ -145,7 +146,7 @@ def _streams_variant(name: str, policy: str, captured: Any, threads: int, recapt
 
 def _streams_auto(captured: Any, threads: int, recapture: Any = None) -> Candidate:
     """``optimize(strategy="auto")`` on CUDA: the faster of the single-stream and the Opara graphs."""
-    from ..api import _streams
+    from pathweave.api import _streams
 
     strat = _streams(captured, "auto")
     flat = [t.to("cuda") for t in captured.example_inputs]
@@ -273,7 +274,7 @@ OPT_IN = ("pathweave:lanes+stacks",)
 def _select(available: list[str], wanted: list[str] | None) -> list[str]:
     if not wanted:
         return [a for a in available if a not in RAMIEL_VARIANTS and a not in OPT_IN]
-    from ..errors import InputError
+    from pathweave.errors import InputError
 
     wanted = [w for group in wanted for w in GROUPS.get(group, [group])]
     unknown = [w for w in wanted if w not in available]

@@ -36,8 +36,8 @@ from unittest import mock
 
 import torch
 
-from ..errors import InputError, MissingDependencyError, require
-from .candidate import Candidate, Skip
+from pathweave.bench.candidate import Candidate, Skip
+from pathweave.errors import InputError, MissingDependencyError, require
 
 Builder = Callable[[torch.nn.Module, tuple[torch.Tensor, ...], int, str], Candidate]
 

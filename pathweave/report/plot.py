@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..analyze import Analysis, build_dag
-from ..analyze.ops import op_kind, op_name
-from ..capture.graph import Captured
-from ..errors import InputError, require
+from pathweave.analysis.analyze import Analysis
+from pathweave.analysis.dag import build_dag
+from pathweave.analysis.ops import op_kind, op_name
+from pathweave.errors import InputError, require
+from pathweave.frontend.graph import Captured
 
 _COLORS = {"conv": "#1f77b4", "matmul": "#9467bd", "pool": "#2ca02c", "reduction": "#ff7f0e",
            "elementwise": "#7f7f7f", "view": "#c7c7c7"}  # fmt: skip

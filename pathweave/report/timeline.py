@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import ExecutionError, InputError, require
+from pathweave.errors import ExecutionError, InputError, require
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ def replay_spans(run: Callable[[], Any], warmup: int = 3) -> list[Span]:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from ..analyze.kernels import chrome_trace
+    from pathweave.analysis.kernels import chrome_trace
 
     for _ in range(warmup):
         run()

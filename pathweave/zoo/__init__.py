@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..errors import UnknownModelError
+from pathweave.errors import UnknownModelError
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .blocks import BasicConv2d
+from pathweave.zoo.blocks import BasicConv2d
 
 
 class Inception(nn.Module):

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .blocks import BasicConv2d
+from pathweave.zoo.blocks import BasicConv2d
 
 
 class InceptionA(nn.Module):

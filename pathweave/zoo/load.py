@@ -8,8 +8,8 @@ from typing import Any
 
 import torch
 
-from ..errors import InputError, UnknownModelError, require
-from . import get
+from pathweave.errors import InputError, UnknownModelError, require
+from pathweave.zoo import get
 
 
 @dataclass
@@ -92,11 +92,11 @@ def _file(path: Path, batch: int) -> LoadedModel:
     if not path.exists():
         raise UnknownModelError(f"no such model file: {path}")
     if path.suffix == ".onnx":
-        from ..capture.onnx import onnx_module
+        from pathweave.frontend.onnx import onnx_module
 
         gm, inputs = onnx_module(path, batch=batch)
         return LoadedModel(path.stem, gm, inputs, path.read_bytes())
-    from ..capture.pt2 import load_pt2
+    from pathweave.frontend.pt2 import load_pt2
 
     ep = load_pt2(path)  # checked first: nothing in the file is unpickled without restriction
     example = ep.example_inputs
@@ -111,7 +111,7 @@ def _file(path: Path, batch: int) -> LoadedModel:
 
 def _poolstack(blocks: str, batch: int, small: bool, seed: int) -> LoadedModel:
     """BrainSlug's synthetic network, ``poolstack`` (10 blocks) or ``poolstack:N``, batch norms calibrated."""
-    from . import _calibrate_norms, poolstack
+    from pathweave.zoo import _calibrate_norms, poolstack
 
     if blocks and not blocks.isdigit():
         raise InputError(f"poolstack:N takes a number of blocks, got {blocks!r}")

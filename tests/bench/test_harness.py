@@ -52,7 +52,7 @@ def test_tiles_candidate_parks_its_workers_after_each_timed_call(tiny_cnn, monke
     timed call, so that they do not slow the candidate timed next."""
     import pathweave
     from pathweave.bench import harness
-    from pathweave.execute.tiles import TilesStrategy
+    from pathweave.tiles.strategy import TilesStrategy
 
     strat = TilesStrategy(pathweave.capture(tiny_cnn().eval(), torch.randn(1, 3, 8, 8)), threads=2)
     parked = []

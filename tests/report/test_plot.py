@@ -19,8 +19,8 @@ def test_plot_refuses_other_formats(tmp_path) -> None:
     import torch
     from torch import nn
 
-    from pathweave.analyze import analyze_captured
-    from pathweave.capture import capture
+    from pathweave.analysis.analyze import analyze_captured
+    from pathweave.frontend.capture import capture
     from pathweave.report.plot import plot_dag
 
     captured = capture(nn.Sequential(nn.Linear(2, 2)), torch.randn(1, 2))

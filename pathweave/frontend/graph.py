@@ -1,0 +1,86 @@
+"""``Captured``: the one graph form every later stage reads."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+import torch.fx
+import torch.utils._pytree as pytree
+
+from pathweave.errors import InputError
+
+Method = Literal["export", "fx", "onnx"]
+
+
+@dataclass
+class Captured:
+    """A whole model as a torch.fx GraphModule in inference form.
+
+    ``gm`` takes the flat tensor inputs and returns a flat tuple of outputs; parameters and buffers are
+    attributes read by ``get_attr`` nodes. Every node that produces a tensor has a shape and dtype
+    (``shapes.tensor_spec``). ``in_spec``/``out_spec`` restore the caller's nesting of inputs and outputs.
+    """
+
+    gm: torch.fx.GraphModule
+    in_spec: pytree.TreeSpec
+    out_spec: pytree.TreeSpec
+    example_inputs: tuple[torch.Tensor, ...]
+    method: Method
+    name: str = "model"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.out_spec_unflatten(self.gm(*self.flatten_inputs(args, kwargs)))
+
+    def flatten_inputs(self, args: tuple, kwargs: dict | None = None) -> list[torch.Tensor]:
+        """Flatten and check the inputs against the captured shapes and dtypes; raise InputError if off."""
+        flat, spec = pytree.tree_flatten((tuple(args), dict(kwargs or {})))
+        if len(flat) != len(self.example_inputs):
+            raise InputError(
+                f"{self.name}: called with {len(flat)} input(s), the graph takes {len(self.example_inputs)}: "
+                f"{describe(self.example_inputs)}"
+            )
+        if spec != self.in_spec:
+            raise InputError(f"{self.name}: inputs are structured as {spec}, captured with {self.in_spec}")
+        for i, (got, want) in enumerate(zip(flat, self.example_inputs, strict=True)):
+            if not isinstance(got, torch.Tensor):
+                raise InputError(f"{self.name}: input {i} is a {type(got).__name__}, expected a tensor")
+            if got.shape != want.shape or got.dtype != want.dtype:
+                raise InputError(
+                    f"{self.name}: input {i} has shape {tuple(got.shape)} and dtype {got.dtype}; the graph "
+                    f"was captured for {tuple(want.shape)} {want.dtype} (capture again for other shapes)"
+                )
+            if got.layout != torch.strided:
+                raise InputError(
+                    f"{self.name}: input {i} has layout {got.layout}; pass a dense tensor (.to_dense())"
+                )
+            if got.device.type != want.device.type:
+                raise InputError(
+                    f"{self.name}: input {i} is on {got.device}; the graph was captured on {want.device} "
+                    f"(move it with .to('{want.device.type}'))"
+                )
+        return flat
+
+    def out_spec_unflatten(self, flat: Any) -> Any:
+        return pytree.tree_unflatten(list(flat), self.out_spec)
+
+    def graph_hash(self) -> str:
+        """Stable hash of the graph's code and input signature, for caches."""
+        sig = ";".join(f"{tuple(t.shape)}:{t.dtype}" for t in self.example_inputs)
+        return hashlib.sha256((self.gm.code + sig).encode()).hexdigest()[:16]
+
+
+def describe(values: Any) -> str:
+    """``(2, 3) torch.float32, ...`` for a sequence of tensors (other values as their short repr)."""
+    return ", ".join(f"{tuple(v.shape)} {v.dtype}" if isinstance(v, torch.Tensor) else repr(v)[:40]
+                     for v in values)  # fmt: skip
+
+
+def attr_value(gm: torch.fx.GraphModule, target: str) -> Any:
+    """What a ``get_attr`` node with this target reads (``a.b.c`` walks submodules)."""
+    obj: Any = gm
+    for part in str(target).split("."):
+        obj = getattr(obj, part)
+    return obj

@@ -1,0 +1,212 @@
+"""Fuse what a tile kernel computes in its epilogue into the layer before it (ASPEN's tiles, BN folded
+first by ``fold_bn``):
+
+- ``relu(conv2d(x))``, ``add(conv2d(x), r)`` and ``relu(add(conv2d(x), r))`` -> ``pathweave::conv2d_act``
+  (a ResNet block's last convolution takes its shortcut ``r`` as a residual);
+- ``relu|gelu|tanh(linear(x))`` -> ``pathweave::linear_act``; GELU in both forms, GPT-2's tanh form as
+  act ``gelu_tanh`` (linear only: the matmul kernel of ``tile_kernels_seq.c`` computes it);
+- ``relu|gelu|tanh(batch_norm(x))`` in inference form (one not folded into a convolution: DenseNet's
+  after each concatenation) -> ``pathweave::batch_norm_act``, one pass over the tensor instead of two;
+  with ``x = cat(...)`` read by the batch norm alone -> ``pathweave::cat_batch_norm_act`` (the copy of
+  each input applies the batch norm and the activation on its way).
+
+The fused ops are torch custom ops with the same results as the ops they replace, so the rewritten
+graph still runs in PyTorch (the tiles strategy checks it against the original); the tile graph maps
+them like conv2d and linear (``tile_ops``), the residual element by element.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.fx
+import torch.nn.functional as F
+
+from pathweave.passes.util import (
+    aten,
+    bn_args,
+    bn_output,
+    conv_args,
+    inference_bn,
+    linear_args,
+    replace_chain,
+    residual_operand,
+    sole_user,
+)
+
+ACTS = ("none", "relu", "gelu", "tanh", "gelu_tanh")
+_ACT_OPS = {aten.relu.default: "relu", aten.gelu.default: "gelu", aten.tanh.default: "tanh"}
+
+
+def _activate(y: torch.Tensor, act: str) -> torch.Tensor:
+    if act == "relu":
+        return torch.relu(y)
+    if act == "gelu":
+        return F.gelu(y)
+    if act == "gelu_tanh":
+        return F.gelu(y, approximate="tanh")
+    if act == "tanh":
+        return torch.tanh(y)
+    return y
+
+
+def _conv2d_act(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    residual: torch.Tensor | None,
+    stride: list[int],
+    padding: list[int],
+    dilation: list[int],
+    groups: int,
+    act: str,
+) -> torch.Tensor:
+    y = F.conv2d(input, weight, bias, stride, padding, dilation, groups)
+    return _activate(y if residual is None else y + residual, act)
+
+
+def _linear_act(
+    input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, act: str
+) -> torch.Tensor:
+    return _activate(F.linear(input, weight, bias), act)
+
+
+def _batch_norm_act(
+    input: torch.Tensor,
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    running_mean: torch.Tensor,
+    running_var: torch.Tensor,
+    eps: float,
+    act: str,
+) -> torch.Tensor:
+    return _activate(F.batch_norm(input, running_mean, running_var, weight, bias, False, 0.0, eps), act)
+
+
+def _cat_batch_norm_act(
+    tensors: list[torch.Tensor],
+    dim: int,
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    running_mean: torch.Tensor,
+    running_var: torch.Tensor,
+    eps: float,
+    act: str,
+) -> torch.Tensor:
+    return _batch_norm_act(torch.cat(tensors, dim), weight, bias, running_mean, running_var, eps, act)
+
+
+# registered when this module is first imported (by the tiles strategy); on fake tensors the same
+# arithmetic gives the shapes
+conv2d_act = torch.library.custom_op("pathweave::conv2d_act", _conv2d_act, mutates_args=())
+conv2d_act.register_fake(_conv2d_act)
+linear_act = torch.library.custom_op("pathweave::linear_act", _linear_act, mutates_args=())
+linear_act.register_fake(_linear_act)
+batch_norm_act = torch.library.custom_op("pathweave::batch_norm_act", _batch_norm_act, mutates_args=())
+batch_norm_act.register_fake(_batch_norm_act)
+cat_batch_norm_act = torch.library.custom_op(
+    "pathweave::cat_batch_norm_act", _cat_batch_norm_act, mutates_args=()
+)
+cat_batch_norm_act.register_fake(_cat_batch_norm_act)
+
+
+@dataclass(frozen=True)
+class Fuse:
+    layer: str  # the conv2d, linear or batch norm node
+    residual: str | None  # the add node whose other input joins the epilogue (for a batch norm: its getitem)
+    act: str | None  # the activation node
+    act_name: str
+    cat: str | None = None  # a batch norm's input, a concatenation that only the batch norm reads
+
+
+def _act(node: torch.fx.Node | None, gelu_tanh: bool = False) -> str | None:
+    if node is None or node.op != "call_function" or node.target not in _ACT_OPS:
+        return None
+    if node.target == aten.gelu.default and node.kwargs.get("approximate", "none") != "none":
+        return "gelu_tanh" if gelu_tanh and node.kwargs["approximate"] == "tanh" else None
+    return _ACT_OPS[node.target]
+
+
+def _dense(residual: torch.fx.Node | None) -> bool:
+    """A residual the epilogue can read: a contiguous tensor (a sliced view, as NASNet's, stays a separate
+    element-wise add, which reads through strides)."""
+    val = residual.meta.get("val") if residual is not None else None
+    return isinstance(val, torch.Tensor) and val.is_contiguous()
+
+
+def propose(gm: torch.fx.GraphModule) -> list[Fuse]:
+    """Each add joins one epilogue: of a shortcut add of two convolutions, the first one takes it."""
+    found = []
+    claimed: set[torch.fx.Node] = set()
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        user = sole_user(node)
+        if user in claimed:
+            continue
+        if node.target == aten.conv2d.default:
+            if _dense(residual_operand(node, user)):
+                claimed.add(user)
+                after = sole_user(user)
+                act = _act(after)
+                found.append(Fuse(node.name, user.name, after.name if act else None, act or "none"))
+            elif _act(user):
+                found.append(Fuse(node.name, None, user.name, _act(user)))
+        elif node.target == aten.linear.default and _act(user, gelu_tanh=True):
+            found.append(Fuse(node.name, None, user.name, _act(user, gelu_tanh=True)))
+        elif inference_bn(node) and (out := bn_output(node)) is not None:
+            item = out if out is not node else None  # the tuple's getitem 0
+            after = sole_user(out)
+            act = _act(after)
+            cat = node.args[0] if _sole_cat(node.args[0]) else None
+            if act or cat:
+                found.append(
+                    Fuse(node.name, item and item.name, act and after.name, act or "none", cat and cat.name)
+                )
+    return found
+
+
+def _sole_cat(node: Any) -> bool:
+    """A concatenation of at least 2-D tensors that one node reads."""
+    return (
+        isinstance(node, torch.fx.Node)
+        and node.target == aten.cat.default
+        and len(node.users) == 1
+        and len(node.meta["val"].shape) >= 2
+    )
+
+
+def apply(gm: torch.fx.GraphModule, matches: list[Fuse]) -> None:
+    nodes = {n.name: n for n in gm.graph.nodes}
+    for m in matches:
+        layer = nodes[m.layer]
+        add = nodes[m.residual] if m.residual else None
+        act = nodes[m.act] if m.act else None
+        last = act or add
+        if inference_bn(layer):  # (act or None, the bn's getitem or None, the bn, the cat before or None)
+            cat = nodes[m.cat] if m.cat else None
+            stats = bn_args(layer)
+            with gm.graph.inserting_before(last or layer):
+                if cat is None:
+                    op, args = torch.ops.pathweave.batch_norm_act.default, (*stats, m.act_name)
+                else:
+                    dim = cat.args[1] if len(cat.args) > 1 else cat.kwargs.get("dim", 0)
+                    op = torch.ops.pathweave.cat_batch_norm_act.default
+                    args = (cat.args[0], dim, *stats[1:], m.act_name)
+                fused = gm.graph.call_function(op, args)
+            replace_chain(gm, fused, (act, add, layer, cat))
+            continue
+        with gm.graph.inserting_before(last):
+            if layer.target == aten.conv2d.default:
+                x, w, b, stride, padding, dilation, groups = conv_args(layer)
+                residual = residual_operand(layer, add)  # read now: it may be a node fused before
+                fused = gm.graph.call_function(
+                    torch.ops.pathweave.conv2d_act.default,
+                    (x, w, b, residual, stride, padding, dilation, int(groups), m.act_name),
+                )
+            else:
+                x, w, b = linear_args(layer)
+                fused = gm.graph.call_function(torch.ops.pathweave.linear_act.default, (x, w, b, m.act_name))
+        replace_chain(gm, fused, (act, add, layer))

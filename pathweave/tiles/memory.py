@@ -1,0 +1,216 @@
+"""Activation buffers from one arena, sized by liveness, made safe for a runtime without barriers.
+
+Layers are placed in the arena in layer (topological) order, first fit. A layer's block is released once
+the scan is ``distance`` layers past its last reader; a later layer may then take that memory. Without
+barriers, "past its last reader" in layer order does not mean the readers have run: a tile of the later
+layer could start while a tile that reads the old value is still waiting. So every tile that writes
+memory an earlier layer held gets an edge from each tile that holds or reads the overlapping part of
+that earlier value (write after read). Those edges go from earlier layers to later ones, so the graph
+stays acyclic, and the runtime then orders each overwrite after the reads it would spoil.
+
+Overlap is judged on each tile's span of the flat buffer (first to last element it holds), which is
+conservative: a tile waits for every reader of anything between its first and last element.
+``distance`` trades memory for freedom: the farther apart the two layers, the more of those edges are
+already implied by the graph.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from pathweave.errors import InputError, PlanError
+from pathweave.tiles.graph import MAX_DIMS, TileGraph
+
+#: floats a block is aligned to (64 bytes)
+ALIGN = 16
+#: default layers between a value's last reader and a layer that may reuse its memory
+DISTANCE = 4
+
+
+@dataclass(frozen=True)
+class BufferPlan:
+    offsets: np.ndarray  # int64 [L]: each layer's first float in the arena
+    arena_floats: int
+    separate_floats: int  # what one buffer per layer would take
+    graph: TileGraph  # the tile graph with the write-after-read edges
+    added_edges: int
+    sizes: np.ndarray  # int64 [L]: floats each layer's block takes (aligned)
+    source: TileGraph  # the graph the plan was made for (without the added edges)
+    keep: frozenset[int]  # the layers never released
+
+    def verify(self, before: TileGraph | None = None, keep: set[int] | None = None) -> None:
+        """Raise PlanError unless reuse is safe: two layers share memory only where the earlier one is
+        not kept and all its readers come before the later one in layer order, and every tile that
+        writes over an earlier layer's tile (spans overlapping) descends from that tile and from every
+        tile that reads it in ``before`` (the graph without the added edges; by default the plan's
+        own source and kept layers)."""
+        before = self.source if before is None else before
+        keep = set(self.keep) if keep is None else keep
+        n = before.num_layers
+        last_use = _last_use(before)
+        ancestors = _ancestors(self.graph)
+        for b in range(n):
+            for a in range(b):
+                if not (
+                    self.offsets[a] < self.offsets[b] + self.sizes[b]
+                    and self.offsets[b] < self.offsets[a] + self.sizes[a]
+                ):
+                    continue
+                name_a, name_b = before.layer_names[a], before.layer_names[b]
+                if a in keep or last_use[a] >= b:
+                    raise PlanError(f"layers {name_a} and {name_b} share memory while {name_a} is still read")
+                a_first, a_end = (v + self.offsets[a] for v in _spans(before, a))
+                b_first, b_end = (v + self.offsets[b] for v in _spans(before, b))
+                a0, b0 = int(before.layer_tile_start[a]), int(before.layer_tile_start[b])
+                for j in range(len(b_first)):
+                    for t in np.nonzero((a_first < b_end[j]) & (b_first[j] < a_end))[0] + a0:
+                        needed = [int(t), *(int(c) for c in before.children(int(t)))]
+                        missing = [m for m in needed if not ancestors[b0 + j] >> m & 1]
+                        if missing:
+                            raise PlanError(
+                                f"tile {b0 + j} of {name_b} overwrites tile {t} of {name_a} without waiting "
+                                f"for tiles {missing[:5]}"
+                            )
+
+
+def _spans(graph: TileGraph, layer: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per tile of ``layer``: the first element it holds and one past its last, in its C-order buffer."""
+    lo, hi = int(graph.layer_tile_start[layer]), int(graph.layer_tile_start[layer + 1])
+    shape = graph.layer_shapes[layer]
+    strides = np.array([int(np.prod(shape[d + 1 :])) for d in range(MAX_DIMS)], dtype=np.int64)
+    first = graph.tile_lo[lo:hi].astype(np.int64) @ strides
+    last = (graph.tile_hi[lo:hi].astype(np.int64) - 1) @ strides
+    return first, last + 1
+
+
+def plan_buffers(graph: TileGraph, keep: set[int], distance: int = DISTANCE) -> BufferPlan:
+    """Place every layer's output in one arena. Layers in ``keep`` (read after the run: the graph's
+    outputs) are never released. Returns the offsets and the graph with the edges that make reuse safe."""
+    if distance < 1:
+        raise InputError(f"distance must be >= 1, not {distance}")
+    n = graph.num_layers
+    sizes = [int(np.prod(graph.layer_shapes[i])) for i in range(n)]
+    padded = [-(-s // ALIGN) * ALIGN for s in sizes]
+    last_use = _last_use(graph)
+    free: list[tuple[int, int]] = []  # (offset, size), sorted by offset
+    placed: list[tuple[int, int, int]] = []  # (layer, offset, size) of released blocks, in release order
+    live: list[int] = []
+    offsets = np.zeros(n, dtype=np.int64)
+    end = 0
+    extra: dict[int, set[int]] = {}
+    for i in range(n):
+        for a in [a for a in live if a not in keep and last_use[a] + distance <= i]:
+            live.remove(a)
+            placed.append((a, int(offsets[a]), padded[a]))
+            free = _release(free, int(offsets[a]), padded[a])
+        off, free = _take(free, padded[i])
+        if off is None:
+            off, end = end, end + padded[i]
+        offsets[i] = off
+        live.append(i)
+        for a, a_off, a_size in placed:
+            if a_off < off + padded[i] and off < a_off + a_size:
+                _war_edges(graph, a, a_off, i, off, extra)
+    kept = _prune(graph, extra) if extra else {}
+    added = sum(len(v) for v in kept.values())
+    edged = _with_parents(graph, kept) if added else graph
+    sizes = np.asarray(padded, dtype=np.int64)
+    return BufferPlan(offsets, end, sum(padded), edged, added, sizes, graph, frozenset(keep))
+
+
+def _last_use(graph: TileGraph) -> np.ndarray:
+    """Per layer, the last layer that reads it (itself when none does)."""
+    last_use = np.arange(graph.num_layers)
+    if graph.num_edges:
+        child = np.repeat(np.arange(graph.num_tiles), np.diff(graph.parents_indptr))
+        np.maximum.at(last_use, graph.tile_layer[graph.parents_indices], graph.tile_layer[child])
+    return last_use
+
+
+def _ancestors(graph: TileGraph) -> list[int]:
+    """Per tile, its ancestors as bits of an int (tiles are in a topological order)."""
+    reach = [0] * graph.num_tiles
+    for t in range(graph.num_tiles):
+        bits = 0
+        for p in graph.parents(t).tolist():
+            bits |= reach[p] | (1 << p)
+        reach[t] = bits
+    return reach
+
+
+def _take(free: list[tuple[int, int]], size: int) -> tuple[int | None, list[tuple[int, int]]]:
+    for k, (off, have) in enumerate(free):
+        if have >= size:
+            rest = [(off + size, have - size)] if have > size else []
+            return off, free[:k] + rest + free[k + 1 :]
+    return None, free
+
+
+def _release(free: list[tuple[int, int]], off: int, size: int) -> list[tuple[int, int]]:
+    """Add a block to the free list, merged with its neighbours."""
+    blocks = sorted([*free, (off, size)])
+    merged: list[tuple[int, int]] = []
+    for o, s in blocks:
+        if merged and merged[-1][0] + merged[-1][1] == o:
+            merged[-1] = (merged[-1][0], merged[-1][1] + s)
+        else:
+            merged.append((o, s))
+    return merged
+
+
+def _war_edges(
+    graph: TileGraph, old: int, old_off: int, new: int, new_off: int, extra: dict[int, set[int]]
+) -> None:
+    """Edges into the tiles of ``new`` from the tiles of ``old`` whose span overlaps theirs in the arena,
+    and from every tile that reads those. ``new`` comes after ``old``'s last reader in layer order, so
+    no tile of ``new`` is among its own sources."""
+    a_first, a_end = _spans(graph, old)
+    b_first, b_end = _spans(graph, new)
+    a_first, a_end, b_first, b_end = a_first + old_off, a_end + old_off, b_first + new_off, b_end + new_off
+    a0, b0 = int(graph.layer_tile_start[old]), int(graph.layer_tile_start[new])
+    for j in range(len(b_first)):
+        hit = np.nonzero((a_first < b_end[j]) & (b_first[j] < a_end))[0]
+        if not len(hit):
+            continue
+        sources = extra.setdefault(b0 + j, set())
+        for t in hit + a0:
+            sources.add(int(t))
+            sources.update(int(c) for c in graph.children(int(t)))
+
+
+def _prune(graph: TileGraph, extra: dict[int, set[int]]) -> dict[int, list[int]]:
+    """Of each tile's new parents, those it does not already descend from (through the graph and the new
+    parents kept so far): latest first, since a late source often implies the earlier ones."""
+    reach = [0] * graph.num_tiles
+    kept: dict[int, list[int]] = {}
+    for t in range(graph.num_tiles):
+        bits = 0
+        for p in graph.parents(t).tolist():
+            bits |= reach[p] | (1 << p)
+        for s in sorted(extra.get(t, ()), reverse=True):
+            if not bits >> s & 1:
+                kept.setdefault(t, []).append(s)
+                bits |= reach[s] | (1 << s)
+        reach[t] = bits
+    return kept
+
+
+def _with_parents(graph: TileGraph, extra: dict[int, list[int]]) -> TileGraph:
+    """``graph`` with ``extra[tile]`` added to each tile's parents (CSR rebuilt, children transposed)."""
+    lists = [set(graph.parents(t).tolist()) | set(extra.get(t, ())) for t in range(graph.num_tiles)]
+    indptr = np.zeros(graph.num_tiles + 1, dtype=np.int64)
+    indptr[1:] = np.cumsum([len(p) for p in lists])
+    indices = np.fromiter((p for ps in lists for p in sorted(ps)), dtype=np.int32, count=int(indptr[-1]))
+    order = np.argsort(indices, kind="stable")
+    child_of = np.repeat(np.arange(graph.num_tiles, dtype=np.int32), np.diff(indptr))
+    children_indptr = np.zeros(graph.num_tiles + 1, dtype=np.int64)
+    children_indptr[1:] = np.cumsum(np.bincount(indices, minlength=graph.num_tiles))
+    return replace(
+        graph,
+        parents_indptr=indptr.astype(np.int32),
+        parents_indices=indices,
+        children_indptr=children_indptr.astype(np.int32),
+        children_indices=child_of[order],
+    )

@@ -1,0 +1,161 @@
+"""ASPEN on CPU end to end: strategy "tiles".
+
+The captured graph is rewritten for tile kernels (constants and size-only ops folded, batch norm folded
+into the convolutions, activations and residual adds fused into their epilogues), cut into a tile graph,
+given a kernel row per layer, and run by the native engines: one per worker thread, no barriers, the GIL
+released for the whole inference. At build time the result on the example inputs is compared with the
+rewritten graph run by PyTorch; a mismatch raises ``ExecutionError`` (nothing wrong is ever returned).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import numpy as np
+import torch
+
+from pathweave.compare import mismatch
+from pathweave.errors import ExecutionError, PathweaveError, UnsupportedError
+from pathweave.frontend.graph import Captured
+from pathweave.guard import CallGuard
+from pathweave.passes import fold_bn, fold_sizes, prune
+from pathweave.passes.pipeline import run_pipeline
+from pathweave.tiles import fuse_epilogue as tile_fuse
+from pathweave.tiles import fuse_matmul as tile_fuse_matmul
+from pathweave.tiles.graph import WORK_PER_TILE, TilesPerLayer, build_tile_graph
+from pathweave.tiles.memory import DISTANCE, plan_buffers
+from pathweave.tiles.ops import plan_nodes
+from pathweave.tiles.program import TileProgram, build_program, output_layers
+from pathweave.tiles.runtime import OP_LAYER, TileRuntime
+
+#: the tile kernels against PyTorch on the same rewritten graph: float sums in another order
+CHECK_RTOL, CHECK_ATOL = 1e-3, 1e-4
+
+
+class TilesStrategy:
+    strategy = "tiles"
+
+    def __init__(
+        self,
+        captured: Captured,
+        threads: int | None = None,
+        tiles_per_layer: TilesPerLayer = None,
+        work_per_tile: float = WORK_PER_TILE,
+        check: bool = True,
+        tile_scale: dict[str, float] | None = None,
+        buffer_distance: int | None = DISTANCE,
+        linger_ms: float | None = None,
+    ) -> None:
+        self.captured = captured
+        self.threads = threads or torch.get_num_threads()
+        # one inference at a time: every call shares the program's input and activation buffers
+        # (concurrent requests run together through ``CoExecutor``)
+        self.guard = CallGuard(f"{captured.name} (tiles)", exclusive=True)
+        self.tile_scale = dict(tile_scale or {})
+        try:
+            self._plan(tiles_per_layer, work_per_tile, buffer_distance)
+        except PathweaveError:
+            raise
+        except Exception as exc:  # a builder that breaks must cost this strategy, never a raw error
+            raise UnsupportedError(
+                f"{captured.name}: the tile graph could not be built ({type(exc).__name__}: "
+                f"{str(exc).splitlines()[0][:200] if str(exc) else ''}); use another strategy",
+            ) from exc
+        ops = np.full(self.graph.num_tiles, OP_LAYER, dtype=np.int32)
+        self.runtime = TileRuntime.from_graph(self.graph, ops, self.threads)
+        if linger_ms is not None:  # how long idle workers spin before they park (TileRuntime.linger_ms)
+            self.runtime.linger_ms = linger_ms
+        g = self.graph
+        self.runtime.set_program(self.program.layers, g.tile_layer, g.tile_lo, g.tile_hi,
+                                 self.program.scratch_floats)  # fmt: skip
+        if check:
+            self.check()
+
+    def _plan(
+        self, tiles_per_layer: TilesPerLayer, work_per_tile: float, buffer_distance: int | None
+    ) -> None:
+        """The rewritten graph, its tile graph, the buffer plan and the program over them."""
+        gm = copy.deepcopy(self.captured.gm)
+        self.passes = run_pipeline(gm, (fold_sizes, prune, fold_bn, tile_fuse, tile_fuse_matmul))
+        self.gm = gm
+        self.plans = plan_nodes(gm)  # read by the tile graph and by every program built over it
+        self.graph = build_tile_graph(
+            gm, tiles_per_layer, work_per_tile=work_per_tile, scale=self.tile_scale, plans=self.plans
+        )
+        # one arena sized by liveness (None: a buffer per layer); the graph gains the edges that order
+        # each reuse after the reads of the old value
+        self.buffers = None
+        if buffer_distance is not None:
+            self.buffers = plan_buffers(self.graph, output_layers(gm, self.graph), buffer_distance)
+            self.graph = self.buffers.graph
+        self.program = self.new_program()
+
+    def new_program(self) -> TileProgram:
+        """Another program over the same tile graph and weights, with its own input and activation
+        buffers (co-execution runs several requests of one model at once, one program each)."""
+        offsets = self.buffers.offsets if self.buffers else None
+        return build_program(self.gm, self.graph, self.plans, offsets)
+
+    def check(self) -> None:
+        """Raise unless the buffer plan is safe (every overwrite waits for the reads it would spoil) and
+        the result on the example inputs matches the rewritten graph run by PyTorch; run at build unless
+        ``check=False``."""
+        if self.buffers is not None:
+            self.buffers.verify()
+        inputs = list(self.captured.example_inputs)
+        got = self.run_flat(inputs)
+        with torch.no_grad():
+            want = [t for t in self.gm(*inputs) if isinstance(t, torch.Tensor)]
+        problem = mismatch(list(got), want, CHECK_RTOL, CHECK_ATOL, scale_atol=True)
+        if problem:
+            raise ExecutionError(f"{self.captured.name}: the tile kernels disagree with PyTorch: {problem}")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.captured.out_spec_unflatten(self.run_flat(self.captured.flatten_inputs(args, kwargs)))
+
+    def run_flat(self, flat: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        with self.guard.call():
+            for buf, x in zip(self.program.inputs, flat, strict=True):
+                np.copyto(buf, x.detach().cpu().resolve_neg().resolve_conj().numpy(), casting="no")
+            try:
+                self.runtime.run()
+            except ExecutionError as exc:
+                raise self._failure(exc) from exc
+            return tuple(torch.from_numpy(v.array().copy()) for v in self.program.outputs)
+
+    def _failure(self, exc: ExecutionError) -> ExecutionError:
+        """The runtime's error with the node whose tile failed (e.g. an embedding id out of range)."""
+        tile = self.runtime.failed_tile
+        if tile is None:
+            return exc
+        name = str(self.graph.layer_names[self.graph.tile_layer[tile]])
+        node = next((n for n in self.gm.graph.nodes if n.name == name), None)
+        where = node.format_node() if node is not None else name
+        return ExecutionError(
+            f"{self.captured.name}: node {where} failed in tile {tile} (an index out of range, or an "
+            "input the kernel cannot take); eager PyTorch raises for the same input",
+            node=name,
+        )
+
+    def quiesce(self) -> None:
+        """Let the workers park now instead of spinning for the next inference (``TileRuntime.park``)."""
+        with self.guard.call():
+            self.runtime.park()
+
+    def set_workers(self, n: int) -> None:
+        """Engines for the next inferences (added or removed between them)."""
+        with self.guard.call():
+            self.runtime.set_workers(n)
+            self.threads = n
+
+    def summary(self) -> str:
+        g = self.graph
+        return (f"{g.num_layers} layers, {g.num_tiles} tiles, {g.num_edges} edges, {self.threads} workers, "
+                f"steals {self.runtime.steals}")  # fmt: skip
+
+    def close(self) -> None:
+        """Free the engines and buffers once the calls already started have finished; later calls
+        raise ``ClosedError``."""
+        if self.guard.close():
+            self.runtime.close()
