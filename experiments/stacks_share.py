@@ -39,7 +39,7 @@ from pathweave.analysis.profile import NodeTimer
 from pathweave.frontend.capture import capture
 from pathweave.sequential import SequentialExecutor
 from pathweave.stacks.collapse import _layer, propose
-from pathweave.stacks.kernel import StackModule
+from pathweave.stacks.module import StackModule
 from pathweave.stacks.strategy import StacksStrategy
 from pathweave.zoo.load import load_model
 

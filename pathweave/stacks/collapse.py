@@ -5,7 +5,7 @@ the previous one) of: inference batch norm, ReLU, ReLU6, hardtanh, add or multip
 element-wise), and 2-d max or average pooling (overlapping or not, with padding, stride, dilation for
 max, ceil mode). It maps them to operations, groups them into steps (at most one pooling op per step,
 then its element-wise ops; BrainSlug Sec. 3.2) and steps into sequences that fit the cache budget
-(``stack_kernel.plan_sequences``). ``apply`` replaces each chain with one module that runs its
+(``plan.plan_sequences``). ``apply`` replaces each chain with one module that runs its
 generated kernels. Chains of one layer are left alone: there is no pass through memory to save.
 """
 
@@ -19,7 +19,9 @@ import torch.fx
 from pathweave.errors import PlanError
 from pathweave.frontend.graph import attr_value
 from pathweave.passes.util import BN_PLAIN, BN_TUPLE, bn_args, bn_output, inference_bn
-from pathweave.stacks.kernel import Elementwise, Pool, StackModule, Step, plan_sequences
+from pathweave.stacks.model import Elementwise, Pool, Step
+from pathweave.stacks.module import StackModule
+from pathweave.stacks.plan import plan_sequences
 
 aten = torch.ops.aten
 _POOLS = {aten.max_pool2d.default: "max", aten.avg_pool2d.default: "avg"}

@@ -10,13 +10,13 @@ from pathweave.frontend.graph import Captured
 from pathweave.passes.pipeline import FAST_CPU
 from pathweave.sequential import SequentialExecutor
 from pathweave.stacks.collapse import Policy
-from pathweave.stacks.kernel import StackModule
+from pathweave.stacks.module import StackModule
 
 
 class StacksStrategy(SequentialExecutor):
     """``SequentialExecutor`` whose pipeline ends with the stacks pass (``max_steps`` per sequence; None:
     unrestricted). On CPU the fast path's rewrites come first and the stacks run generated C; on CUDA
-    the stacks pass is the only rewrite and they run generated Triton kernels (``stack_triton``). Where
+    the stacks pass is the only rewrite and they run generated Triton kernels (``triton_kernels``). Where
     the stacks cannot be built (no C compiler, no Triton) or do not match, it runs without them, with a
     warning."""
 

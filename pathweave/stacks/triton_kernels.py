@@ -7,7 +7,7 @@ the GPU's L2 (a 56x56 plane is 12.5 KB) instead of passing through memory once p
 the block, so no halo is recomputed. Within a step the plane is walked in chunks of rows
 (``_chunk_rows``) as 2-D blocks; pooling windows are unrolled (``tl.static_range``), with masks for
 padding; avg pooling multiplies by per-row and per-column reciprocal divisors (separable, as in
-PyTorch, and as ``stack_kernel._divisors`` computes them); max pooling and clamps propagate NaN.
+PyTorch, and as ``Pool.divisors`` computes them); max pooling and clamps propagate NaN.
 
 The source is generated per sequence, written to the cache folder under a hash of its text and
 imported from there (Triton's JIT reads a kernel's source from its file). Identical sequences share
@@ -30,7 +30,7 @@ import torch
 
 from pathweave.errors import UnsupportedError, require
 from pathweave.machine import cache_dir
-from pathweave.stacks.kernel import Elementwise, Pool, Sequence, _divisors
+from pathweave.stacks.model import Elementwise, Pool, Sequence
 
 _LOCK = threading.Lock()
 _MODULES: dict[str, ModuleType] = {}
@@ -106,8 +106,8 @@ def _pool(pool: Pool, hw_in: tuple[int, int], hw_out: tuple[int, int], p: _Param
         if pool.divisor:
             lines.append(f"v = v * {_literal(1.0 / pool.divisor)}")
         else:
-            inv_h = p.add([1.0 / d for d in _divisors(pool, hin, hw_out[0], 0)])
-            inv_w = p.add([1.0 / d for d in _divisors(pool, win, hw_out[1], 1)])
+            inv_h = p.add([1.0 / d for d in pool.divisors(hin, hw_out[0], 0)])
+            inv_w = p.add([1.0 / d for d in pool.divisors(win, hw_out[1], 1)])
             lines += [
                 f"v = v * tl.load(params + {inv_h} + oh, mask=oh < {hw_out[0]}, other=0.0)",
                 f"v = v * tl.load(params + {inv_w} + ow, mask=ow < {hw_out[1]}, other=0.0)",

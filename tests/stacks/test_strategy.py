@@ -9,7 +9,7 @@ from torch import nn
 import pathweave
 from pathweave.errors import InputError
 from pathweave.lanes.strategy import HyperLanesStrategy, LanesStrategy, build_lanes
-from pathweave.stacks.kernel import StackModule
+from pathweave.stacks.module import StackModule
 from pathweave.stacks.strategy import StacksStrategy
 
 

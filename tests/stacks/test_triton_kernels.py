@@ -11,28 +11,19 @@ from pathlib import Path
 import pytest
 import torch
 
-from pathweave.stacks import kernel as stack_kernel
+from pathweave.stacks.model import Elementwise, Pool, Step
+from pathweave.stacks.plan import gpu_sequences, plan_sequences
 from pathweave.stacks.triton_kernels import triton_source
 
-POOL = stack_kernel.Pool("max", (3, 3), (1, 1), (1, 1), (1, 1), False, True, None, (56, 56))
-STEP = stack_kernel.Step(POOL, (stack_kernel.Elementwise("clamp", lo=0.0),))
-
-
-def test_gpu_sequences_regroup_the_cpu_ones_by_steps_only() -> None:
-    tight = stack_kernel.plan_sequences((STEP,) * 10, (8, 64, 56, 56), budget=30 * 56 * 64 * 4, threads=2)
-    assert len(tight) > 1  # the CPU's cache budget split them
-    (whole,) = stack_kernel.gpu_sequences(tight)
-    assert len(whole.steps) == 10 and whole.shapes == ((56, 56),) * 11 and whole.block_rows == 56
-    assert (whole.batch, whole.channels) == (8, 64)
-    fives = stack_kernel.gpu_sequences(tight, max_steps=5)
-    assert [len(s.steps) for s in fives] == [5, 5] and fives[1].shapes[0] == (56, 56)
+POOL = Pool("max", (3, 3), (1, 1), (1, 1), (1, 1), False, True, None, (56, 56))
+STEP = Step(POOL, (Elementwise("clamp", lo=0.0),))
 
 
 def test_identical_sequences_share_one_source() -> None:
-    a = stack_kernel.plan_sequences((STEP,) * 3, (1, 8, 56, 56), budget=10**9, threads=2)
-    b = stack_kernel.plan_sequences((STEP,) * 3, (1, 8, 56, 56), budget=10**9, threads=2)
-    src, params, scratch = triton_source(stack_kernel.gpu_sequences(a)[0])
-    assert src == triton_source(stack_kernel.gpu_sequences(b)[0])[0]
+    a = plan_sequences((STEP,) * 3, (1, 8, 56, 56), budget=10**9, threads=2)
+    b = plan_sequences((STEP,) * 3, (1, 8, 56, 56), budget=10**9, threads=2)
+    src, params, scratch = triton_source(gpu_sequences(a)[0])
+    assert src == triton_source(gpu_sequences(b)[0])[0]
     assert src.count("tl.debug_barrier()") == 2  # between the three steps
     assert params == [] and scratch == 2 * 56 * 56
 
@@ -44,15 +35,17 @@ sys.path.insert(0, sys.argv[1])
 import torch
 from test_collapse import CASES, Chain
 from pathweave.frontend.capture import capture
-from pathweave.stacks import collapse as stacks, kernel as stack_kernel
+from pathweave.stacks import collapse as stacks
+from pathweave.stacks.module import StackModule
+from pathweave.stacks.plan import gpu_sequences
 from pathweave.passes.pipeline import run_pipeline
 from pathweave.stacks.triton_kernels import TritonSequence, run_sequences
 
 def check(name, model, x, max_steps, equal_nan=False):
     gm = capture(model, x).gm
     run_pipeline(gm, (stacks.Policy(max_steps),))
-    (mod,) = [m for m in gm.modules() if isinstance(m, stack_kernel.StackModule)]
-    kernels = [TritonSequence(s) for s in stack_kernel.gpu_sequences(mod.sequences, max_steps)]
+    (mod,) = [m for m in gm.modules() if isinstance(m, StackModule)]
+    kernels = [TritonSequence(s) for s in gpu_sequences(mod.sequences, max_steps)]
     with torch.no_grad():
         want = model(x)
     got = run_sequences(kernels, x)
@@ -94,17 +87,3 @@ def test_stacks_strategy_on_cuda(outputs_close) -> None:
     with torch.no_grad():
         outputs_close(fast(*inputs), model(*inputs), 1e-4, 1e-5)
     model.cpu()
-
-
-def test_stacks_on_a_device_without_triton_raise_an_install_hint(monkeypatch) -> None:
-    """Off the CPU a stack runs Triton kernels; without Triton the error says what to install (the
-    strategy turns it into a loud fallback to the plain graph). Checked through the module's device
-    dispatch on a CPU tensor."""
-    from pathweave.errors import MissingDependencyError
-
-    monkeypatch.setitem(sys.modules, "triton", None)  # import triton now raises ImportError
-    seq = stack_kernel.plan_sequences((STEP,) * 2, (1, 4, 56, 56), budget=10**9, threads=2)
-    mod = stack_kernel.StackModule(seq, device="meta")
-    assert mod._fns == []  # nothing compiled for a device that runs Triton
-    with pytest.raises(MissingDependencyError, match=r"pathweave\[gpu\]"):
-        mod._on_device(torch.randn(1, 4, 56, 56))
