@@ -7,7 +7,7 @@ function, a constant), then the attribute is restored. Between runs the script s
 other runtime's workers, which spin a few ms after an inference, have parked.
 
 Run: ``python experiments/tiles_ab.py MODEL MODULE:ATTR EXPR [--threads 2] [--rounds 30]``, e.g.
-``python experiments/tiles_ab.py resnet50 pathweave.tiles.program:conv_layout "lambda n: None"``
+``python experiments/tiles_ab.py resnet50 pathweave.tiles.bind_cnn:conv_layout "lambda n, w: None"``
 (the transposed and im2col-free convolution layouts against the row-vector kernels alone).
 
 ``ATTR`` may also be ``c:NAME``, an int the native library exports for experiments (``pw_tj_max``: the

@@ -21,7 +21,7 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "load_model": "pathweave.zoo.load",
-    "STRATEGIES": "pathweave.api",
+    "STRATEGIES": "pathweave.api:NAMES",  # the names optimize accepts
     "CoExecutor": "pathweave.tiles.coexec",
     "PathweaveError": "pathweave.errors",
     "InputError": "pathweave.errors",
@@ -54,7 +54,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from pathweave.api import STRATEGIES
+    from pathweave.api import NAMES as STRATEGIES
     from pathweave.errors import (
         CaptureError,
         ClosedError,
@@ -85,17 +85,24 @@ def capture(model: Any, *inputs: Any, **kwargs: Any) -> Any:
 
 
 def optimize(
-    model: Any, *inputs: Any, strategy: str = "auto", device: str | None = None, **kwargs: Any
+    model: Any,
+    *inputs: Any,
+    strategy: str = "auto",
+    device: str | None = None,
+    options: dict[str, Any] | None = None,
+    **kwargs: Any,
 ) -> Any:
-    """A callable with ``model``'s outputs, run by ``strategy``; see ``pathweave.api.optimize``."""
+    """A callable with ``model``'s outputs, run by ``strategy`` with its ``options``; see
+    ``pathweave.api.optimize``."""
     from pathweave.api import optimize as _optimize
 
-    return _optimize(model, *inputs, strategy=strategy, device=device, **kwargs)
+    return _optimize(model, *inputs, strategy=strategy, device=device, options=options, **kwargs)
 
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        module, _, attr = _LAZY[name].partition(":")
+        return getattr(importlib.import_module(module), attr or name)
     raise AttributeError(f"module 'pathweave' has no attribute {name!r}")
 
 

@@ -21,16 +21,15 @@ import torch.fx
 from pathweave.compare import mismatch
 from pathweave.errors import ExecutionError
 from pathweave.frontend.graph import Captured
-from pathweave.guard import CallGuard
-from pathweave.outputs import aliased_outputs, copy_aliased
 from pathweave.passes.device import to_device
 from pathweave.passes.pipeline import FAST_CPU, PassReport, run_pipeline
+from pathweave.strategy import CallGuard, Strategy
 
 #: the fast path must agree with the captured graph within these on the example inputs
 FAST_RTOL, FAST_ATOL = 1e-3, 1e-4
 
 
-class SequentialExecutor:
+class SequentialExecutor(Strategy):
     """``executor(*inputs)`` returns the model's outputs, nested as the model returns them.
 
     Calls from several threads run at once (each call allocates its own intermediates); outputs are
@@ -81,9 +80,9 @@ class SequentialExecutor:
             return reference
         return gm
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        flat = self.captured.flatten_inputs(args, kwargs)
-        return self.captured.out_spec_unflatten(self.run_flat(flat))
+    def summary(self) -> str:
+        """The rewrites applied, as ``pass:rewrites``."""
+        return ", ".join(f"{p.name}:{p.rewrites}" for p in self.passes) or "no rewrites"
 
     def run_flat(self, flat: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
         with self.guard.call(), torch.no_grad(), _threads(self.threads):
@@ -91,10 +90,6 @@ class SequentialExecutor:
                 return copy_aliased(self.gm(*flat), self._aliased)
             except Exception as exc:
                 raise locate_failure(self.gm, flat, exc) from exc
-
-    def close(self) -> None:
-        """Refuse further calls (``ClosedError``), after those already started have finished."""
-        self.guard.close()
 
 
 @contextlib.contextmanager
@@ -136,3 +131,28 @@ def locate_failure(gm: torch.fx.GraphModule, flat: list[torch.Tensor], exc: Exce
     where = failing[0].format_node() if failing else "<unknown node>"
     name = failing[0].name if failing else None
     return ExecutionError(f"node {where} raised {type(exc).__name__}: {exc}", node=name)
+
+
+def aliased_outputs(gm: torch.fx.GraphModule) -> frozenset[int]:
+    """Positions of outputs that are a constant of the graph or one of its inputs, or a value an earlier
+    output already is (``y, y.clone()`` once the clone is folded away): returned as they are, a caller
+    writing into one would change the next call's result, their own input or another output."""
+    out = next(n for n in gm.graph.nodes if n.op == "output")
+    values = out.args[0] if isinstance(out.args[0], (tuple, list)) else (out.args[0],)
+    seen: set[torch.fx.Node] = set()
+    positions = []
+    for i, v in enumerate(values):
+        if not isinstance(v, torch.fx.Node):
+            continue
+        if v.op in ("get_attr", "placeholder") or v in seen:
+            positions.append(i)
+        seen.add(v)
+    return frozenset(positions)
+
+
+def copy_aliased(outputs: tuple, positions: frozenset[int]) -> tuple:
+    if not positions:
+        return outputs
+    return tuple(
+        o.clone() if i in positions and isinstance(o, torch.Tensor) else o for i, o in enumerate(outputs)
+    )

@@ -173,12 +173,14 @@ def test_auto_chooses_among_sequential_lanes_and_tiles(tiny_cnn) -> None:
 
 
 def test_auto_drops_a_strategy_that_fails_while_timed(tiny_cnn, monkeypatch) -> None:
-    from pathweave import api
+    from pathweave import auto
 
-    built = api._tiles
+    built = auto.build
 
-    def broken_later(captured: pathweave.Captured) -> object:
-        strat = built(captured)  # built and checked; its runs fail from here on
+    def broken_later(name: str, *args: object) -> object:
+        strat = built(name, *args)  # built and checked; the tiles' runs fail from here on
+        if name != "tiles":
+            return strat
 
         def fail(flat: list) -> None:
             raise errors.ExecutionError("tile 3 failed")
@@ -187,14 +189,14 @@ def test_auto_drops_a_strategy_that_fails_while_timed(tiny_cnn, monkeypatch) -> 
         return strat
 
     closed: list[str] = []
-    close_all = api._close_all
-    monkeypatch.setattr(api, "_tiles", broken_later)
+    close_all = auto.close_all
+    monkeypatch.setattr(auto, "build", broken_later)
 
     def recorded(fns: list) -> None:
         closed.extend(f.strategy for f in fns)
         close_all(fns)
 
-    monkeypatch.setattr(api, "_close_all", recorded)
+    monkeypatch.setattr(auto, "close_all", recorded)
     model, x = tiny_cnn().eval(), torch.randn(1, 3, 8, 8)
     with pytest.warns(UserWarning, match="auto: tiles failed while timed, dropped .*tile 3 failed"):
         fast = pathweave.optimize(model, x)

@@ -14,7 +14,7 @@ import torch.utils._pytree as pytree
 import pathweave
 from pathweave import zoo
 from pathweave.errors import ClosedError, PathweaveError
-from pathweave.guard import CallGuard
+from pathweave.strategy import CallGuard
 
 CPU_STRATEGIES = ("sequential", "lanes", "stacks", "tiles", "auto")
 

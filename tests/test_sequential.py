@@ -9,6 +9,7 @@ import torch
 import torch.fx
 from torch import nn
 
+import pathweave
 from pathweave.errors import ExecutionError, InputError
 from pathweave.frontend.capture import capture
 from pathweave.sequential import SequentialExecutor
@@ -160,3 +161,23 @@ def test_flatten_after_pooled_map() -> None:
     ex = SequentialExecutor(capture(model, x))
     with torch.no_grad():
         _close(ex(x), model(x))
+
+
+class ConstOut(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(3))
+
+    def forward(self, x: torch.Tensor):
+        return torch.relu(x), self.w * 2, x
+
+
+@pytest.mark.parametrize("strategy", ["sequential", "lanes"])
+def test_outputs_that_are_constants_or_inputs_are_copies(strategy: str) -> None:
+    x = torch.randn(3)
+    fast = pathweave.optimize(ConstOut().eval(), x, strategy=strategy)
+    _, const, same = fast(x)
+    _, const2, _ = fast(x)
+    assert const.data_ptr() != const2.data_ptr()  # not the graph's own constant, handed out twice
+    assert same.data_ptr() != x.data_ptr() and torch.equal(same, x)  # not the caller's own tensor
+    torch.testing.assert_close(const2, torch.full((3,), 2.0))

@@ -21,9 +21,13 @@ EDGE_COST = 1.0
 _REDUCTION_FLOPS = 5
 
 
-def node_cost(node: torch.fx.Node, gm: torch.fx.GraphModule | None = None) -> NodeCost:
+def node_cost(
+    node: torch.fx.Node, gm: torch.fx.GraphModule | None = None, kind: str | None = None
+) -> NodeCost:
+    """The node's cost by its op's class: ``op_kind`` of its name, or ``kind`` where the caller knows
+    the op better (a strategy's own fused ops, which analysis does not know)."""
     name = op_name(node, gm)
-    kind = op_kind(name)
+    kind = kind or op_kind(name)
     outs = tensor_specs(node)
     out_numel = sum(s.numel for s in outs)
     moved = sum(s.nbytes for s in outs) + sum(s.nbytes for a in node.all_input_nodes for s in tensor_specs(a))
@@ -62,7 +66,7 @@ def annotate(gm: torch.fx.GraphModule) -> None:
 
 
 def _inner_dim(node: torch.fx.Node, name: str, gm: torch.fx.GraphModule | None) -> int:
-    if name in ("linear", "_linear_pointwise", "linear_act"):
+    if name in ("linear", "_linear_pointwise"):
         w = weight_tensor(node, gm)
         return int(w[-1]) if w is not None else 1
     args = [a for a in node.args if isinstance(a, torch.fx.Node)]

@@ -93,7 +93,7 @@ def boundedness(cost: NodeCost, ridge_flop_per_byte: float) -> str:
 
 
 def node_bounds(gm: torch.fx.GraphModule, names: list[str], ridge: float) -> dict[str, str]:
-    """Boundedness of the named nodes from their ``COST`` (``analyze.cost.annotate`` must have run)."""
+    """Boundedness of the named nodes from their ``COST`` (``analysis.cost.annotate`` must have run)."""
     by_name = {n.name: n for n in gm.graph.nodes}
     return {n: boundedness(by_name[n].meta[COST], ridge) for n in names if COST in by_name[n].meta}
 

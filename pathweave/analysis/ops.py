@@ -17,9 +17,8 @@ _MODULE_OPS = {
     "Identity": "alias",
 }  # fmt: skip
 
-CONV = {"conv1d", "conv2d", "conv3d", "convolution", "_convolution", "_convolution_pointwise", "conv2d_act"}
-MATMUL = {"linear", "addmm", "mm", "bmm", "matmul", "baddbmm", "_linear_pointwise", "einsum", "linear_act",
-          "matmul_add"}  # fmt: skip
+CONV = {"conv1d", "conv2d", "conv3d", "convolution", "_convolution", "_convolution_pointwise"}
+MATMUL = {"linear", "addmm", "mm", "bmm", "matmul", "baddbmm", "_linear_pointwise", "einsum"}
 POOL = {
     "max_pool2d",
     "avg_pool2d",
@@ -29,8 +28,7 @@ POOL = {
     "avg_pool1d",
 }
 REDUCTION = {
-    "batch_norm", "_native_batch_norm_legit_no_training", "batch_norm_act", "cat_batch_norm_act",
-    "layer_norm", "native_layer_norm", "group_norm",
+    "batch_norm", "_native_batch_norm_legit_no_training", "layer_norm", "native_layer_norm", "group_norm",
     "softmax", "_softmax", "log_softmax", "_log_softmax", "mean", "sum", "amax", "var_mean", "norm",
 }  # fmt: skip
 VIEW = {
@@ -119,7 +117,7 @@ def mutates(node: torch.fx.Node, gm: torch.fx.GraphModule | None = None) -> bool
 
 def shared_mutation(node: torch.fx.Node, gm: torch.fx.GraphModule | None = None) -> bool:
     """Whether a node writes into a value something else can see: ``mutates``, unless every value it
-    writes is an intermediate that only this node reads (``transform.relu_inplace``'s ``relu_``)."""
+    writes is an intermediate that only this node reads (``passes.relu_inplace``'s ``relu_``)."""
     if not mutates(node, gm):
         return False
     schema = getattr(node.target, "_schema", None) if node.op == "call_function" else None

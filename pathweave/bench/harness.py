@@ -21,14 +21,15 @@ from typing import Any
 
 import torch
 
+from pathweave.auto import build, build_auto
 from pathweave.bench.candidate import Candidate, Skip, flatten_outputs
 from pathweave.bench.peers import PEERS, peer_names, use_onnx_file
 from pathweave.frontend.capture import capture
-from pathweave.lanes.strategy import LanesStrategy, build_lanes
+from pathweave.lanes.strategy import LanesStrategy
 from pathweave.machine import describe
 from pathweave.passes import prune
 from pathweave.report.progress import Progress
-from pathweave.sequential import SequentialExecutor
+from pathweave.strategy import STRATEGIES
 from pathweave.zoo.load import load_model
 
 #: a candidate is WRONG when any output differs from eager by more than TOL * |eager| + TOL * scale,
@@ -77,49 +78,38 @@ class BenchReport:
 
 
 def pathweave_builders(device: str) -> dict[str, Callable[..., Candidate]]:
-    """The pathweave strategies that exist today, as bench candidates."""
-
-    def sequential(captured: Any, threads: int, recapture: Any = None) -> Candidate:
-        ex = SequentialExecutor(captured, device=device)
-        flat = [t.to(device) for t in captured.example_inputs]
-        passes = ", ".join(f"{p.name}:{p.rewrites}" for p in ex.passes) or "no rewrites"
-        cuda = str(device).startswith("cuda")
-        return Candidate("pathweave:sequential", "pathweave", lambda: ex.run_flat(flat), threads, note=passes,
-                         sync=torch.cuda.synchronize if cuda else None, cuda_events=cuda)  # fmt: skip
-
-    def lanes(captured: Any, threads: int, recapture: Any = None, stacks: bool = False) -> Candidate:
-        if device != "cpu":
-            raise Skip("lanes run on CPU")
-        strat = build_lanes(captured, recapture, threads=threads, stacks=stacks)
-        return _strategy_candidate("pathweave:lanes+stacks" if stacks else "pathweave:lanes", strat, threads)
-
-    def stacks(captured: Any, threads: int, recapture: Any = None) -> Candidate:
-        from pathweave.stacks.strategy import StacksStrategy
-
-        strat = StacksStrategy(captured, threads=threads, device=device)
-        if device == "cpu":
-            return _strategy_candidate("pathweave:stacks", strat, threads)
-        flat = [t.to(device) for t in captured.example_inputs]  # Triton kernels (stack_triton)
-        return Candidate("pathweave:stacks", "pathweave", lambda: strat.run_flat(flat), threads,
-                         note=strat.summary(), sync=torch.cuda.synchronize, cuda_events=True)  # fmt: skip
-
-    def tiles(captured: Any, threads: int, recapture: Any = None) -> Candidate:
-        if device != "cpu":
-            raise Skip("tiles run on CPU")
-        from pathweave.tiles.strategy import TilesStrategy
-
-        return _strategy_candidate("pathweave:tiles", TilesStrategy(captured, threads=threads), threads)
-
-    builders = {"pathweave:sequential": sequential, "pathweave:lanes": lanes, "pathweave:stacks": stacks,
-                "pathweave:tiles": tiles}  # fmt: skip
-    builders["pathweave:lanes+stacks"] = functools.partial(lanes, stacks=True)  # one of OPT_IN
+    """The rows of ``strategy.STRATEGIES`` as bench candidates "pathweave:<name>" (CUDA-only rows are
+    not listed on a CPU bench; CPU-only rows are skipped on CUDA), plus Ramiel's variants, lanes with
+    stacks, Opara's baselines and, on CUDA, "auto"."""
+    cuda = str(device).startswith("cuda")
+    builders: dict[str, Callable[..., Candidate]] = {
+        f"pathweave:{name}": functools.partial(_row_candidate, name, device)
+        for name, row in STRATEGIES.items()
+        if cuda or "cpu" in row.devices
+    }
+    builders["pathweave:lanes+stacks"] = functools.partial(_row_candidate, "lanes", device, stacks=True)
     for name, (pipeline, clone, lane_threads) in RAMIEL_VARIANTS.items():
         builders[name] = functools.partial(_ramiel_variant, name, pipeline, clone, lane_threads, device)
-    if str(device).startswith("cuda"):  # CUDA-only candidates are not listed (as skipped) on CPU benches
+    if cuda:
         for name, policy in STREAM_VARIANTS.items():
             builders[name] = functools.partial(_streams_variant, name, policy)
         builders["pathweave:auto"] = _streams_auto
     return builders
+
+
+def _row_candidate(
+    name: str, device: str, captured: Any, threads: int, recapture: Any = None, stacks: bool = False
+) -> Candidate:
+    """The strategy of row ``name`` built as ``optimize`` builds it, run on the example inputs."""
+    kind = torch.device(device).type
+    if kind not in STRATEGIES[name].devices:
+        raise Skip(f"{name} runs on {' or '.join(sorted(d.upper() for d in STRATEGIES[name].devices))}")
+    context = {"device": device, "threads": threads, "recapture": recapture}
+    strat = build(name, captured, context, {}, stacks)
+    flat = [t.to(device) for t in captured.example_inputs]
+    return Candidate(f"pathweave:{name}{'+stacks' * stacks}", "pathweave", lambda: strat.run_flat(flat),
+                     threads, note=strat.summary(), sync=torch.cuda.synchronize if kind == "cuda" else None,
+                     cuda_events=kind == "cuda", quiesce=strat.quiesce)  # fmt: skip
 
 
 #: Opara and its baselines as bench candidates on CUDA: candidate name -> stream allocation policy
@@ -146,13 +136,11 @@ def _streams_variant(name: str, policy: str, captured: Any, threads: int, recapt
 
 def _streams_auto(captured: Any, threads: int, recapture: Any = None) -> Candidate:
     """``optimize(strategy="auto")`` on CUDA: the faster of the single-stream and the Opara graphs."""
-    from pathweave.api import _streams
-
-    strat = _streams(captured, "auto")
+    strat = build_auto(captured, "cuda", {"device": "cuda", "threads": threads}, stacks=False)
     flat = [t.to("cuda") for t in captured.example_inputs]
     times = getattr(strat, "auto_times_ms", {})
     timed = ", ".join(f"{k} {v:.3f} ms" for k, v in times.items())
-    note = f"chose {getattr(strat, 'label', strat.strategy)}; {timed}"
+    note = f"chose {strat.label}; {timed}"
     return Candidate("pathweave:auto", "pathweave", lambda: strat.run_flat(flat), threads,
                      sync=torch.cuda.synchronize, note=note, cuda_events=True)  # fmt: skip
 
@@ -196,7 +184,7 @@ def _strategy_candidate(name: str, strat: Any, threads: int) -> Candidate:
     """A built CPU strategy run on the example inputs it was captured with; its summary is the note."""
     flat = list(strat.captured.example_inputs)
     return Candidate(name, "pathweave", lambda: strat.run_flat(flat), threads, note=strat.summary(),
-                     quiesce=getattr(strat, "quiesce", None))  # fmt: skip
+                     quiesce=strat.quiesce)  # fmt: skip
 
 
 def run_bench(

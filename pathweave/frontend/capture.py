@@ -36,7 +36,7 @@ def capture(
     """Capture ``model`` called as ``model(*inputs, **kwargs)``.
 
     ``model`` is an ``nn.Module``, a ``torch.export.ExportedProgram`` or a path to a ``.pt2`` or
-    ``.onnx`` file (ONNX graphs are converted to ATen ops first; see ``capture.onnx``).
+    ``.onnx`` file (ONNX graphs are converted to ATen ops first; see ``frontend.onnx``).
     ``method`` is "auto" (export, then fx), "export" or "fx". For ``.onnx`` files, ``crosscheck=False``
     skips the comparison with onnxruntime.
     """

@@ -27,11 +27,11 @@ from pathweave.errors import CaptureError, InputError, PathweaveError, Unsupport
 from pathweave.frontend import onnx_ops_more, onnx_ops_shape  # noqa: F401  (they register their converters)
 from pathweave.frontend.onnx_ops import (
     CONVERTERS,
-    FLOAT8,
     ONNX_TO_TORCH,
     OnnxNode,
+    numpy_to_torch,
     onnx_type_name,
-    torch_dtype,
+    tensor_from_proto,
 )
 from pathweave.frontend.trace import first_line
 
@@ -52,26 +52,6 @@ def crosscheck_enabled(crosscheck: bool | None) -> bool:
     if crosscheck is not None:
         return crosscheck
     return os.environ.get("PATHWEAVE_ONNX_CROSSCHECK", "1").strip().lower() not in ("0", "false", "no", "off")
-
-
-def numpy_to_torch(array: np.ndarray, what: str) -> torch.Tensor:
-    """A numpy array (ml_dtypes' bfloat16 and float8 included) as a torch tensor of the same type."""
-    name = array.dtype.name
-    views = {"bfloat16": (np.uint16, torch.bfloat16)}
-    views.update({str(d).removeprefix("torch."): (np.uint8, d) for d in FLOAT8})
-    array = np.array(array, copy=True, order="C")  # ascontiguousarray would make 0-d arrays 1-d
-    if name in views:
-        raw, dtype = views[name]
-        return torch.from_numpy(array.view(raw)).view(dtype)
-    try:
-        return torch.from_numpy(array)
-    except TypeError as exc:
-        raise UnsupportedError(f"{what} has dtype {name}, which pathweave does not compute with") from exc
-
-
-def tensor_from_proto(proto: Any, numpy_helper: Any, what: str = "a constant") -> torch.Tensor:
-    torch_dtype(proto.data_type, what)
-    return numpy_to_torch(numpy_helper.to_array(proto), what)
 
 
 def load_model(path: Path) -> Any:

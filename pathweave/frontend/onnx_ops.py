@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 import torch.fx
 
@@ -396,3 +397,23 @@ def gemm(n: OnnxNode) -> Any:
 def matmul(n: OnnxNode) -> Any:
     n.refuse_dtypes(torch.bool, torch.uint16, torch.uint32, torch.uint64, *FLOAT8)
     return n.call(aten.matmul.default, n.x(0), n.x(1))
+
+
+def numpy_to_torch(array: np.ndarray, what: str) -> torch.Tensor:
+    """A numpy array (ml_dtypes' bfloat16 and float8 included) as a torch tensor of the same type."""
+    name = array.dtype.name
+    views = {"bfloat16": (np.uint16, torch.bfloat16)}
+    views.update({str(d).removeprefix("torch."): (np.uint8, d) for d in FLOAT8})
+    array = np.array(array, copy=True, order="C")  # ascontiguousarray would make 0-d arrays 1-d
+    if name in views:
+        raw, dtype = views[name]
+        return torch.from_numpy(array.view(raw)).view(dtype)
+    try:
+        return torch.from_numpy(array)
+    except TypeError as exc:
+        raise UnsupportedError(f"{what} has dtype {name}, which pathweave does not compute with") from exc
+
+
+def tensor_from_proto(proto: Any, numpy_helper: Any, what: str = "a constant") -> torch.Tensor:
+    torch_dtype(proto.data_type, what)
+    return numpy_to_torch(numpy_helper.to_array(proto), what)

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from pathweave.errors import UnsupportedError
-from pathweave.frontend.onnx_ops import OnnxNode, _str, _torch_pad, aten, op
+from pathweave.frontend.onnx_ops import OnnxNode, _str, _torch_pad, aten, op, tensor_from_proto
 
 
 @op("Shape", attrs=("start", "end"))
@@ -37,8 +37,6 @@ def size(n: OnnxNode) -> Any:
 @op("ConstantOfShape", attrs=("value",))
 def constant_of_shape(n: OnnxNode) -> Any:
     from onnx import numpy_helper
-
-    from pathweave.frontend.onnx import tensor_from_proto
 
     dims = n.ints(0, "shape")
     value = tensor_from_proto(n.at["value"], numpy_helper) if "value" in n.at else torch.zeros(1)

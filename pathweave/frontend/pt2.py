@@ -106,6 +106,7 @@ def bound_sizes(ep: ExportedProgram, inputs: tuple, kwargs: dict, name: str) -> 
     shape_env = ShapeEnv()
     try:
         with FakeTensorMode(allow_non_fake_inputs=True, shape_env=shape_env) as mode:
+
             def static(t: torch.Tensor) -> torch.Tensor:
                 return mode.from_tensor(t, static_shapes=True)
 
@@ -137,12 +138,12 @@ def clean_archive(path: Path) -> bytes:
             root = _root(path, names)
             _check_size(path, archive)
             for name in names:
-                _check_entry(path, name[len(root):])
-            sizes = {info.filename[len(root):]: info.file_size for info in archive.infolist()}
+                _check_entry(path, name[len(root) :])
+            sizes = {info.filename[len(root) :]: info.file_size for info in archive.infolist()}
             out = io.BytesIO()
             with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as clean:
                 for name in names:
-                    clean.writestr(name, _checked(path, name[len(root):], archive.read(name), sizes))
+                    clean.writestr(name, _checked(path, name[len(root) :], archive.read(name), sizes))
             return out.getvalue()
     except InputError:
         raise

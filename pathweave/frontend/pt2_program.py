@@ -24,8 +24,10 @@ from pathweave.errors import InputError
 
 #: what a name in a program may be (torch writes names into generated source)
 NAME = re.compile(r"[A-Za-z0-9_.]*")
-_TARGET = re.compile(r"torch\.ops\.(aten|higher_order|quantized_decomposed)\.\w+(\.\w+)?"
-                     r"|_operator\.\w+|math\.\w+|torch\._?sym_\w+")
+_TARGET = re.compile(
+    r"torch\.ops\.(aten|higher_order|quantized_decomposed)\.\w+(\.\w+)?"
+    r"|_operator\.\w+|math\.\w+|torch\._?sym_\w+"
+)
 #: ATen ops that read or write files by name (found by scanning every ATen schema for such arguments)
 _FILE_OPS = re.compile(r"\bfrom_file\b|aten[.:]+save\b")
 #: private ATen ops a program may call (the others include views without bounds checks, such as
@@ -39,8 +41,19 @@ _PRIVATE_OK = frozenset(
     "_local_scalar_dense _make_dep_token _weight_norm_interface _cdist_forward".split()
 )
 #: ops that write through raw storage, or call other ops or loop without bound
-_DENIED = frozenset({"set_", "as_strided_", "resize_", "resize_as_", "resize", "resize_as", "embedding_bag",
-                     "_embedding_bag", "_embedding_bag_forward_only"})  # negative offsets read anywhere
+_DENIED = frozenset(
+    {
+        "set_",
+        "as_strided_",
+        "resize_",
+        "resize_as_",
+        "resize",
+        "resize_as",
+        "embedding_bag",
+        "_embedding_bag",
+        "_embedding_bag_forward_only",
+    }
+)  # negative offsets read anywhere
 _HIGHER_ORDER_OK = frozenset({"cond", "map_impl", "invoke_subgraph"})
 #: pytree node types a program's input and output specs may name; their contexts are plain JSON
 _SPEC_TYPES = frozenset({None, "builtins.tuple", "builtins.list", "builtins.dict", "collections.OrderedDict"})
@@ -73,24 +86,7 @@ def _walk(value: Any, path: list[str], where: str) -> Any:
     if isinstance(value, str) and _FILE_OPS.search(value):
         raise InputError(f"{where}: {'/'.join(path)} names an op that reads or writes files; refused")
     if isinstance(value, dict):
-        if key == "tensor_values":
-            for name, meta in value.items():
-                _check_value_size(meta, path + [name], where)
-        if "target" in value and "inputs" in value:  # a graph node: its target is looked up on torch
-            _check_op(value["target"], path + ["target"], where)
-        if "as_operator" in value:  # an op handed to another (wrap, with_effects): the same rules
-            _check_op(value["as_operator"], path + ["as_operator"], where)
-        out = {}
-        for k, v in value.items():
-            if k == "metadata" or k == "guards_code":
-                out[k] = {} if isinstance(v, dict) else []
-                continue
-            if key == "range_constraints":
-                _check_expr(k, path + [k], where)
-            elif key not in _FREE_TEXT:
-                _check(NAME, k, path + [k], where, "a name")
-            out[k] = _walk(v, path + [k], where)
-        return out
+        return _walk_dict(value, key, path, where)
     if isinstance(value, list):
         return [_walk(v, path, where) for v in value]
     if isinstance(value, str):
@@ -101,6 +97,28 @@ def _walk(value: Any, path: list[str], where: str) -> Any:
         elif key not in _FREE_TEXT and not (key == "target" and _TARGET.fullmatch(value)):
             _check(NAME, value, path, where, "a name")
     return value
+
+
+def _walk_dict(value: dict, key: str, path: list[str], where: str) -> dict:
+    """A JSON object under ``key``: its ops and sizes checked, its keys checked as names or expressions."""
+    if key == "tensor_values":
+        for name, meta in value.items():
+            _check_value_size(meta, path + [name], where)
+    if "target" in value and "inputs" in value:  # a graph node: its target is looked up on torch
+        _check_op(value["target"], path + ["target"], where)
+    if "as_operator" in value:  # an op handed to another (wrap, with_effects): the same rules
+        _check_op(value["as_operator"], path + ["as_operator"], where)
+    out = {}
+    for k, v in value.items():
+        if k == "metadata" or k == "guards_code":
+            out[k] = {} if isinstance(v, dict) else []
+            continue
+        if key == "range_constraints":
+            _check_expr(k, path + [k], where)
+        elif key not in _FREE_TEXT:
+            _check(NAME, k, path + [k], where, "a name")
+        out[k] = _walk(v, path + [k], where)
+    return out
 
 
 def _check_op(target: Any, path: list[str], where: str) -> None:
@@ -177,12 +195,12 @@ def _check_expr(text: str, path: list[str], where: str) -> None:
     while pos < len(text):
         match = _EXPR_TOKEN.match(text, pos)
         word = match.group(0) if match else ""
-        power = word == "*" and text[match.end():].lstrip().startswith("*")  # 9**9**9: minutes of sympy
+        power = word == "*" and text[match.end() :].lstrip().startswith("*")  # 9**9**9: minutes of sympy
         if power or not word or (word[0].isalpha() or word[0] == "_") and word not in _EXPR_WORDS and not (
                 _SYMBOL.fullmatch(word)):  # fmt: skip
             raise InputError(
                 f"{where}: {'/'.join(path)} = {text[:80]!r} is not a size expression pathweave reads "
-                f"({word or text[pos:pos + 10]!r}); torch would evaluate it when loading, so the file "
+                f"({word or text[pos : pos + 10]!r}); torch would evaluate it when loading, so the file "
                 "is refused"
             )
         pos = match.end()

@@ -3,7 +3,7 @@
 A cheap node (an element-wise op or a view) whose result several later ops read ties those ops to
 one lane or costs a hand-off per other lane. Recomputing it next to each reader removes the edges.
 ``propose`` picks the nodes (most readers first) up to ``max_growth`` of the graph's size;
-``schedule.plan_lanes`` decides whether the clones shorten the schedule (``apply`` only runs if so).
+``lanes.mapping.plan_lanes`` decides whether the clones shorten the schedule (``apply`` only runs if so).
 """
 
 from __future__ import annotations

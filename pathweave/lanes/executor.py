@@ -27,8 +27,7 @@ from pathweave.analysis.ops import shared_mutation
 from pathweave.errors import ExecutionError, PlanError, UnsupportedError
 from pathweave.lanes.codegen import LaneSource, lane_source
 from pathweave.lanes.plan import LanePlan
-from pathweave.outputs import aliased_outputs, copy_aliased
-from pathweave.sequential import _threads
+from pathweave.sequential import _threads, aliased_outputs, copy_aliased
 
 
 class _Poison:

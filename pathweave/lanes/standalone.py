@@ -4,7 +4,7 @@ The module holds one function per lane, with explicit hand-offs (``queue.SimpleQ
 ``run(*inputs)`` entry point. Its weights are loaded from a ``.pt`` file beside it, and it needs
 only torch, not pathweave. Ops are written by their qualified names (``torch.ops.aten.conv2d.default``),
 so the code reads like the graph it came from. The plan is Ramiel's clustering mapped onto lanes
-(``schedule.plan_lanes``) over the captured graph, whose weights are plain tensors.
+(``lanes.mapping.plan_lanes``) over the captured graph, whose weights are plain tensors.
 """
 
 from __future__ import annotations

@@ -8,7 +8,6 @@ import os
 import warnings
 from collections.abc import Callable
 from types import ModuleType
-from typing import Any
 
 import torch
 
@@ -16,7 +15,6 @@ from pathweave.analysis.dag import build_dag
 from pathweave.analysis.profile import measure_node_times
 from pathweave.errors import InputError, PlanError
 from pathweave.frontend.graph import Captured
-from pathweave.guard import CallGuard
 from pathweave.lanes import replicate
 from pathweave.lanes.executor import LanesExecutor, refuse_inplace
 from pathweave.lanes.hyper import plan_hyper
@@ -26,9 +24,10 @@ from pathweave.meta import REPLICA
 from pathweave.passes.pipeline import FAST_CPU
 from pathweave.sequential import SequentialExecutor, _compare, _threads
 from pathweave.stacks.strategy import StacksStrategy
+from pathweave.strategy import CallGuard, Strategy
 
 
-class LanesStrategy:
+class LanesStrategy(Strategy):
     """Ramiel's clustering mapped onto lanes: the fast CPU rewrites first (the sequential executor
     builds and checks them), then one profiling run of the rewritten graph at one intra-op thread
     per lane, then the plan (verified), then the lanes executor."""
@@ -73,25 +72,18 @@ class LanesStrategy:
         seq = self.sequential
         return f"{len(seq.stacks)} stacks; " if isinstance(seq, StacksStrategy) else ""
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        flat = self.captured.flatten_inputs(args, kwargs)
-        return self.captured.out_spec_unflatten(self.run_flat(flat))
-
     def run_flat(self, flat: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
         with self.guard.call():  # the lanes' queues serve one call at a time
             return self.executor.run_flat(flat)
 
-    def close(self) -> None:
-        """Stop the lane threads once the calls already started have finished; later calls raise
-        ``ClosedError``."""
-        if self.guard.close():
-            self.executor.close()
+    def _free(self) -> None:
+        self.executor.close()  # stops the lane threads
 
 
 class HyperLanesStrategy(LanesStrategy):
     """Hyperclustering for batch > 1: ``sub`` is the model captured at the sub-batch size; its fast
-    rewritten graph is replicated once per group of the batch (``transform.replicate``), checked against
-    the whole-batch graph, and the replicas are planned onto the lanes (``schedule.hyper``: plain,
+    rewritten graph is replicated once per group of the batch (``lanes.replicate``), checked against
+    the whole-batch graph, and the replicas are planned onto the lanes (``lanes.hyper``: plain,
     switched or ours, whichever simulates shortest)."""
 
     def __init__(
@@ -143,24 +135,27 @@ def build_lanes(
     recapture: Callable[[tuple[torch.Tensor, ...]], Captured] | None = None,
     threads: int | None = None,
     stacks: bool = False,
+    lanes: int | None = None,
+    clone: bool = True,
 ) -> LanesStrategy:
     """Lanes for ``captured``; for a batch > 1 that splits into groups, hyperclustered lanes, with
     ``recapture(inputs)`` capturing the model at the sub-batch size. Where that is not possible (no
     ``recapture``, a graph fixed to one batch size, an output without a batch dimension), plain lanes
-    on the whole batch, with a warning saying why. ``stacks``: see ``LanesStrategy``."""
+    on the whole batch, with a warning saying why. ``stacks``, ``lanes``, ``clone``: see
+    ``LanesStrategy`` (hyperclusters do not clone)."""
     split = replicate.propose(captured.example_inputs, _budget(threads))
     if split is None:
-        return LanesStrategy(captured, threads=threads, stacks=stacks)
+        return LanesStrategy(captured, lanes=lanes, threads=threads, clone=clone, stacks=stacks)
     why = "the model cannot be captured again at the sub-batch size"
     if recapture is not None:
         try:
             sub = recapture(split.slices(captured.example_inputs, 0))
-            return HyperLanesStrategy(captured, sub, split, threads=threads, stacks=stacks)
+            return HyperLanesStrategy(captured, sub, split, lanes=lanes, threads=threads, stacks=stacks)
         except Exception as exc:  # any failure here costs the hyperclusters, never the answer
             why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
     warnings.warn(f"{captured.name}: no hyperclustering for batch {split.batch}, plain lanes ({why})",
                   stacklevel=2)  # fmt: skip
-    return LanesStrategy(captured, threads=threads, stacks=stacks)
+    return LanesStrategy(captured, lanes=lanes, threads=threads, clone=clone, stacks=stacks)
 
 
 def sequential_path(

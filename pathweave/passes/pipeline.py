@@ -21,7 +21,13 @@ from pathweave.passes.util import drop_unused_constants
 
 #: the sequential fast CPU path
 FAST_CPU: tuple[ModuleType, ...] = (
-    prune, fold_bn, merge_siblings, fuse_conv, fuse_linear, relu_inplace, channels_last
+    prune,
+    fold_bn,
+    merge_siblings,
+    fuse_conv,
+    fuse_linear,
+    relu_inplace,
+    channels_last,
 )
 
 

@@ -4,7 +4,7 @@ oneDNN's ReLU post-op maps NaN to 0 where ``torch.relu`` keeps it, so ``fuse_con
 leave ReLU out of the epilogue. As a separate ``aten.relu`` it allocated a new tensor and cost the
 sequential path up to 7% on GoogLeNet (A/B, 2 threads); ``relu_`` on the kernel's output, which
 nothing else reads, costs what the fused ReLU did and keeps eager's NaN. The write is private (the
-mutated value has no other reader), so lanes may still run the graph (``analyze.ops.shared_mutation``).
+mutated value has no other reader), so lanes may still run the graph (``analysis.ops.shared_mutation``).
 """
 
 from __future__ import annotations

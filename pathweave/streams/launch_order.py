@@ -5,7 +5,7 @@ the lists (compute-bound first), so a long compute kernel is in flight while mem
 other streams slot in beside it; within a list the node with the least resource demand goes first, so
 it leaves room on the SMs for the next one. Ties keep the order in which nodes became ready.
 
-Demand is the share of the GPU a node's largest kernel occupies (``analyze.kernels.node_demand``),
+Demand is the share of the GPU a node's largest kernel occupies (``analysis.kernels.node_demand``),
 over all of its kernels and all three resources (threads, registers, shared memory): Opara's prototype
 ranks by the first kernel's shared memory alone.
 """

@@ -35,8 +35,8 @@ from pathweave.analysis.kernels import GpuLimits, node_bounds, node_demand, prof
 from pathweave.analysis.ops import mutates, op_name
 from pathweave.errors import ExecutionError, UnsupportedError
 from pathweave.frontend.graph import Captured
-from pathweave.guard import CallGuard
 from pathweave.passes.device import to_device
+from pathweave.strategy import CallGuard, Strategy
 from pathweave.streams.plan import StreamPlan, plan_streams, waits_into
 
 MEMORY_MODES = ("reuse", "keepalive")
@@ -130,25 +130,12 @@ class StreamsExecutor:
                 env[node] = interp.run_node(node)
         made_on: dict[torch.fx.Node, int] = {}
         sof = self.plan.stream_of()
-        events = self._events
         waits = waits_into(self.plan.waits)
         here = torch.cuda.current_stream()
         for s in self.streams:
             s.wait_stream(here)  # fork: joins every stream to the capture
         for name in self.plan.order:
-            s = sof[name]
-            stream = self.streams[s]
-            with torch.cuda.stream(stream):
-                for p in waits.get(name, ()):
-                    stream.wait_event(events[p])
-                for node in self._members[name]:
-                    self._record_reads(node, env, made_on, s, stream)
-                    env[node] = interp.run_node(node)
-                    made_on[node] = s
-                    if log is not None:
-                        log.extend((node.name, s, p) for p in _new_storages(node, env))
-                if name in events:
-                    events[name].record(stream)
+            self._launch_one(name, sof[name], waits.get(name, ()), interp, made_on, log)
             if self.memory == "reuse":
                 for value in self._last_use[name]:
                     env.pop(value, None)
@@ -156,6 +143,30 @@ class StreamsExecutor:
             here.wait_stream(s)  # join
         out = next(n for n in self.gm.graph.nodes if n.op == "output")
         return tuple(pytree.tree_leaves(torch.fx.node.map_arg(out.args[0], env.__getitem__)))
+
+    def _launch_one(
+        self,
+        name: str,
+        s: int,
+        waits: Any,
+        interp: torch.fx.Interpreter,
+        made_on: dict[torch.fx.Node, int],
+        log: list[tuple[str, int, int]] | None,
+    ) -> None:
+        """Plan node ``name`` on stream ``s``: wait for the events it depends on, run its members, record
+        its own event where others wait for it."""
+        env, events, stream = interp.env, self._events, self.streams[s]
+        with torch.cuda.stream(stream):
+            for p in waits:
+                stream.wait_event(events[p])
+            for node in self._members[name]:
+                self._record_reads(node, env, made_on, s, stream)
+                env[node] = interp.run_node(node)
+                made_on[node] = s
+                if log is not None:
+                    log.extend((node.name, s, p) for p in _new_storages(node, env))
+            if name in events:
+                events[name].record(stream)
 
     def _record_reads(
         self, node: torch.fx.Node, env: Mapping, made_on: Mapping, s: int, stream: torch.cuda.Stream
@@ -186,10 +197,10 @@ def _new_storages(node: torch.fx.Node, env: Mapping) -> list[int]:
     return sorted(ptrs(env[node]) - seen)
 
 
-class StreamsStrategy:
+class StreamsStrategy(Strategy):
     """Opara end to end on CUDA: profile the kernels once, plan the streams, capture one CUDA Graph.
 
-    ``policy`` picks the stream allocation (``schedule.streams.POLICIES``). If the plan cannot be
+    ``policy`` picks the stream allocation (``streams.plan.POLICIES``). If the plan cannot be
     captured, it warns and captures the single-stream plan (the sequential CUDA Graph); if that fails
     too, it raises ``ExecutionError``: never a graph that runs part of the model.
     """
@@ -241,16 +252,9 @@ class StreamsStrategy:
         """The strategy and the plan it runs, e.g. ``streams:opara`` (``streams:single`` after a fallback)."""
         return f"streams:{self.plan.policy}"
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.captured.out_spec_unflatten(self.run_flat(self.captured.flatten_inputs(args, kwargs)))
-
     def run_flat(self, flat: list[torch.Tensor]) -> tuple[Any, ...]:
         with self.guard.call():
             return self.executor.run_flat(flat)
-
-    def close(self) -> None:
-        """Refuse further calls (``ClosedError``) once those already started have finished."""
-        self.guard.close()
 
     def report(self) -> dict[str, Any]:
         return {

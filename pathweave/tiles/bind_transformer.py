@@ -1,9 +1,9 @@
-"""Kernel rows for the transformer ops of a tile program (``native/tile_kernels_seq.c``; slot numbers as in
+"""Kernel binders of the transformer ops (``native/tile_kernels_seq.c``; slot numbers as in
 ``native/tile_kernels_seq.h``): embedding, layer norm and softmax over the last dim, GELU's tanh form,
-matmul / bmm / addmm / baddbmm / ``tile_fuse_matmul``'s matmul_add on strided views (and linear where
+matmul / bmm / addmm / baddbmm / ``fuse_matmul``'s matmul_add on strided views (and linear where
 the plain linear kernel cannot take it: a strided input, GELU in its epilogue), where and masked_fill,
 conversion to float32, and the copy a reshape makes of a tensor it cannot view (flatten of attention's
-transposed heads).
+transposed heads). GELU's erf form and the plain linear layers go to ``bind_cnn``'s kernels.
 
 These rows hold shapes and strides padded at the front to 4 dims (dim 3 is the tensor's last);
 ``SQ_RANK`` says how many are real. A matmul operand is read in place by sgemm, as rows or transposed
@@ -13,20 +13,28 @@ with its leading dimension from the strides, and packed into scratch only when n
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch.fx
 
-from pathweave.tiles.graph import TileGraph
-from pathweave.tiles.ops import RESHAPES
-from pathweave.tiles.program import (
-    ACTS,
+from pathweave.tiles import bind_cnn
+from pathweave.tiles.abi import (
+    DTYPES,
+    GEMM_PACK,
+    GEMM_ROWS,
+    GEMM_TRANS,
+    K_CONVERT,
+    K_COPY,
+    K_EMBEDDING,
+    K_LAYERNORM,
+    K_MAP,
+    K_MATMUL,
+    K_SOFTMAX,
+    K_WHERE,
     PANEL_ROWS,
     PANEL_ROWS_T,
     S_ACT,
-    S_ALPHA,
     S_BIAS,
     S_OP,
     S_SCALAR,
@@ -38,36 +46,25 @@ from pathweave.tiles.program import (
     S_XSTRIDE,
     S_Y,
     S_YSTRIDE,
-    NoKernel,
-    View,
-    dense_view,
-    is_constant,
-    out_shape,
-    packed_once,
+    SEQ_ACTS,
+    SQ_DTYPE,
+    SQ_K,
+    SQ_LAYOUT_A,
+    SQ_LAYOUT_B,
+    SQ_RANK,
+    SQ_ROWS,
+    SQ_YSCALAR,
+    SQ_Z,
+    SQ_ZSTRIDE,
 )
+from pathweave.tiles.graph import TileGraph
+from pathweave.tiles.rows import LayerRow, NoKernel, View, dense_view, is_constant, out_shape, packed_once
 from pathweave.tiles.runtime import gemm_isa
 
-SQ_Z, SQ_YSCALAR = S_W, S_ALPHA
-SQ_ZSTRIDE, SQ_RANK, SQ_DTYPE, SQ_K, SQ_ROWS, SQ_LAYOUT_A, SQ_LAYOUT_B = 28, 32, 33, 34, 35, 36, 37
-K_EMBEDDING, K_LAYERNORM, K_SOFTMAX, K_MAP, K_MATMUL, K_WHERE, K_CONVERT, K_COPY = range(32, 40)
-GEMM_ROWS, GEMM_TRANS, GEMM_PACK = 0, 1, 2
-SEQ_ACTS = {**ACTS, "gelu_tanh": 4}
 #: a linear with these activations goes to the plain linear kernel; GELU to the matmul kernel, whose
 #: erf is vectorised (libm's erff per element cost BERT-base a tenth of its time)
 PLAIN_ACTS = ("none", "relu", "tanh")
-DTYPES = {np.float32: 0, np.int64: 1, np.int32: 2, np.bool_: 3}
 INDICES = (np.int64, np.int32)
-
-View_ = Callable[..., View]
-
-
-def describe_seq(
-    node: torch.fx.Node, name: str, args: dict, row: np.ndarray, view: View_, graph: TileGraph, i: int
-) -> int | None:
-    """Fill ``row`` when one of these kernels computes ``node`` and return the scratch floats a tile
-    needs; None when the op is left to the other kernels of ``tile_program``."""
-    rule = _RULES.get(name)
-    return None if rule is None else rule(node, args, row, view, graph, i)
 
 
 def _front(values: list[int] | tuple[int, ...], fill: int) -> list[int]:
@@ -95,12 +92,12 @@ def _double(value: float) -> np.int64:
 # ---- gather, normalise, map --------------------------------------------------------------------------------
 
 
-def _embedding(
-    node: torch.fx.Node, args: dict, row: np.ndarray, view: View_, graph: TileGraph, i: int
-) -> int:
-    table = dense_view(view(args["weight"]), "weight")
-    ids = view(args["indices"], INDICES)
-    out = out_shape(node)
+def embedding(t: LayerRow) -> int:
+    """Rows of a 2-D table gathered by int64 or int32 ids."""
+    args, row = t.args, t.row
+    table = dense_view(t.view(args["weight"]), "weight")
+    ids = t.view(args["indices"], INDICES)
+    out = out_shape(t.node)
     if len(table.shape) != 2:
         raise NoKernel("a table that is not 2-D")
     _start(row, K_EMBEDDING, out)
@@ -123,15 +120,15 @@ def _row_input(node: torch.fx.Node, x: View, row: np.ndarray, code: int) -> tupl
     return out
 
 
-def _layer_norm(
-    node: torch.fx.Node, args: dict, row: np.ndarray, view: View_, graph: TileGraph, i: int
-) -> int:
+def layer_norm(t: LayerRow) -> int:
+    """Layer norm over the last dim."""
+    args, row = t.args, t.row
     if len(args["normalized_shape"]) != 1:
         raise NoKernel("normalised over more than the last dim")
-    out = _row_input(node, view(args["input"]), row, K_LAYERNORM)
+    out = _row_input(t.node, t.view(args["input"]), row, K_LAYERNORM)
     for slot, key in ((S_W, "weight"), (S_BIAS, "bias")):
         if args.get(key) is not None:
-            p = dense_view(view(args[key]), key)
+            p = dense_view(t.view(args[key]), key)
             if p.shape != out[-1:]:
                 raise NoKernel(f"{key} of shape {p.shape}")
             row[slot] = p.address
@@ -139,36 +136,39 @@ def _layer_norm(
     return 0
 
 
-def _softmax(node: torch.fx.Node, args: dict, row: np.ndarray, view: View_, graph: TileGraph, i: int) -> int:
-    nd = len(out_shape(node))
+def softmax(t: LayerRow) -> int:
+    """Softmax over the last dim, float32."""
+    args = t.args
+    nd = len(out_shape(t.node))
     if nd == 0 or args["dim"] % nd != nd - 1:
         raise NoKernel("softmax over a dim other than the last")
     if args.get("dtype") is not None or args.get("half_to_float"):
         raise NoKernel("softmax with a dtype")
-    _row_input(node, view(args["self"]), row, K_SOFTMAX)
+    _row_input(t.node, t.view(args["self"]), t.row, K_SOFTMAX)
     return 0
 
 
-def _gelu(
-    node: torch.fx.Node, args: dict, row: np.ndarray, view: View_, graph: TileGraph, i: int
-) -> int | None:
+def gelu(t: LayerRow) -> int:
+    """GELU's tanh form on the map kernel; the erf form on the element-wise kernel (``bind_cnn.ewise``)."""
+    args, row = t.args, t.row
     if args.get("approximate", "none") != "tanh":
-        return None  # the erf form: the element-wise kernel
-    out = out_shape(node)
-    x = view(args["self"])
+        return bind_cnn.ewise(t)
+    out = out_shape(t.node)
+    x = t.view(args["self"])
     _start(row, K_MAP, out)
     row[S_X], row[S_ACT] = x.address, SEQ_ACTS["gelu_tanh"]
     row[S_XSTRIDE : S_XSTRIDE + 4] = _over(x, out)
     return 0
 
 
-def _where(node: torch.fx.Node, args: dict, row: np.ndarray, view: View_, graph: TileGraph, i: int) -> int:
+def where(t: LayerRow) -> int:
     """where(cond, x, y) and masked_fill(y, cond, x): out = cond ? x : y, x and y tensors or scalars."""
+    args, row, view = t.args, t.row, t.view
     if "mask" in args:
         cond, x, y = args["mask"], args["value"], args["self"]
     else:
         cond, x, y = args["condition"], args["self"], args["other"]
-    out = out_shape(node)
+    out = out_shape(t.node)
     _start(row, K_WHERE, out)
     c = view(cond, (np.bool_,))
     row[SQ_Z], row[SQ_DTYPE] = c.address, DTYPES[np.bool_]
@@ -185,20 +185,23 @@ def _where(node: torch.fx.Node, args: dict, row: np.ndarray, view: View_, graph:
     return 0
 
 
-def _convert(node: torch.fx.Node, args: dict, row: np.ndarray, view: View_, graph: TileGraph, i: int) -> int:
+def convert(t: LayerRow) -> int:
     """to / _to_copy / type_as into float32 (the output's type is checked by build_program)."""
-    out = out_shape(node)
-    x = view(args["self"], tuple(DTYPES))
+    row = t.row
+    out = out_shape(t.node)
+    x = t.view(t.args["self"], tuple(DTYPES))
     _start(row, K_CONVERT, out)
     row[S_X], row[SQ_DTYPE] = x.address, DTYPES[x.base.dtype.type]
     row[S_XSTRIDE : S_XSTRIDE + 4] = _over(x, out)
     return 0
 
 
-def _copy(node: torch.fx.Node, args: dict, row: np.ndarray, view: View_, graph: TileGraph, i: int) -> int:
-    """A reshape that tile_ops made a layer because it cannot view its input: copy in row-major order."""
-    x = view(args["self"])
-    out = out_shape(node)
+def reshape_copy(t: LayerRow) -> int:
+    """A reshape that ``plan_nodes`` made a layer because it cannot view its input: copy in row-major
+    order."""
+    row = t.row
+    x = t.view(t.args["self"])
+    out = out_shape(t.node)
     if len(x.shape) > 4:
         raise NoKernel(f"a {len(x.shape)}-D input")
     _start(row, K_COPY, out)
@@ -232,19 +235,21 @@ def _operands(args: dict) -> tuple[Any, Any, Any, float, float]:
     if "batch1" in args or "mat1" in args:
         a, b = ("batch1", "batch2") if "batch1" in args else ("mat1", "mat2")
         return args[a], args[b], args["self"], float(args["alpha"]), float(args["beta"])
-    if "residual" in args:  # tile_fuse_matmul's: alpha * (a @ b) + bias + residual
+    if "residual" in args:  # fuse_matmul's: alpha * (a @ b) + bias + residual
         return args["self"], args["other"], args["residual"], float(args["alpha"]), 1.0
     return args["self"], args.get("other", args.get("mat2")), None, 1.0, 1.0
 
 
-def _matmul(node: torch.fx.Node, args: dict, row: np.ndarray, view: View_, graph: TileGraph, i: int) -> int:
+def matmul(t: LayerRow) -> int:
+    """matmul / mm / bmm / addmm / baddbmm / ``fuse_matmul``'s matmul_add."""
+    args, row, view, graph, i = t.args, t.row, t.view, t.graph, t.index
     a_node, b_node, z_node, alpha, beta = _operands(args)
     a, b = view(a_node), view(b_node)
     if len(a.shape) < 2 or len(b.shape) < 2:
         raise NoKernel("1-D operands")
     if a.shape[-1] != b.shape[-2]:
         raise NoKernel(f"operands of shapes {a.shape} and {b.shape}")
-    out = out_shape(node)
+    out = out_shape(t.node)
     _start(row, K_MATMUL, out)
     a_strides = [*_batch(a, out), a.strides[-2], a.strides[-1]]
     scratch = _gemm(row, graph, i, out, a, a_strides, b, [*_batch(b, out), b.strides[-2], b.strides[-1]])
@@ -311,22 +316,21 @@ def _packable(
     )
 
 
-def _linear(
-    node: torch.fx.Node, args: dict, row: np.ndarray, view: View_, graph: TileGraph, i: int
-) -> int | None:
-    """A linear layer: with a constant weight, as a product on the packed micro-kernels; otherwise
-    (a strided input or GELU) as a matmul with the weight transposed in place, or else the plain linear
-    kernel."""
+def linear(t: LayerRow) -> int:
+    """A linear layer (and ``fuse_epilogue``'s linear_act): with a constant weight, as a product on the
+    packed micro-kernels; otherwise (a strided input or GELU) as a matmul with the weight transposed in
+    place, or else the plain linear kernel (``bind_cnn.linear``)."""
+    args, row, view, graph, i = t.args, t.row, t.view, t.graph, t.index
     act = args.get("act") or "none"
     x = view(args["input"])
     if act in PLAIN_ACTS and x.contiguous and not is_constant(args["weight"]):
-        return None
+        return bind_cnn.linear(t)
     if act not in SEQ_ACTS:
         raise NoKernel(f"activation {act}")
     w = view(args["weight"])
     if len(x.shape) < 2 or len(w.shape) != 2 or w.shape[1] != x.shape[-1]:
         raise NoKernel(f"a weight of shape {w.shape} for an input of shape {x.shape}")
-    out = out_shape(node)
+    out = out_shape(t.node)
     _start(row, K_MATMUL, out)
     x_strides = [*_batch(x, out), x.strides[-2], x.strides[-1]]
     scratch = _gemm(row, graph, i, out, x, x_strides, w, [0, 0, w.strides[1], w.strides[0]])
@@ -360,17 +364,3 @@ def _gemm(
     if GEMM_PACK not in (lay_a, lay_b):
         return 0
     return k * (graph.largest_extent(i, len(out) - 2) + graph.largest_extent(i, len(out) - 1))
-
-
-Rule = Callable[[torch.fx.Node, dict, np.ndarray, View_, TileGraph, int], int | None]
-_RULES: dict[str, Rule] = {
-    "embedding": _embedding,
-    **dict.fromkeys(("layer_norm", "native_layer_norm"), _layer_norm),
-    **dict.fromkeys(("softmax", "_softmax"), _softmax),
-    "gelu": _gelu,
-    **dict.fromkeys(("where", "masked_fill"), _where),
-    **dict.fromkeys(("to", "_to_copy", "type_as"), _convert),
-    **dict.fromkeys(RESHAPES, _copy),
-    **dict.fromkeys(("matmul", "mm", "bmm", "addmm", "baddbmm", "matmul_add"), _matmul),
-    **dict.fromkeys(("linear", "linear_act"), _linear),
-}

@@ -12,7 +12,7 @@ first by ``fold_bn``):
 
 The fused ops are torch custom ops with the same results as the ops they replace, so the rewritten
 graph still runs in PyTorch (the tiles strategy checks it against the original); the tile graph maps
-them like conv2d and linear (``tile_ops``), the residual element by element.
+them like conv2d and linear (``tiles.maps``), the residual element by element.
 """
 
 from __future__ import annotations

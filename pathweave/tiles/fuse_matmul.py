@@ -1,5 +1,5 @@
 """Fuse into a matrix product what the tile kernels' matmul computes around it (transformers, after
-``tile_fuse``), so that these element-wise layers, and their passes over memory, go:
+``fuse_epilogue``), so that these element-wise layers, and their passes over memory, go:
 
 - ``linear(x, W, b) + r`` (a residual of the same shape) -> ``matmul_add(x, W.t(), b, r)``;
 - ``matmul(a, b) / s`` or ``* s`` for a number ``s`` -> ``matmul_add(a, b, alpha=1/s)``, then ``+ m`` where

@@ -14,8 +14,9 @@ import numpy as np
 
 from pathweave.errors import ExecutionError, InputError
 from pathweave.report.timeline import Span
+from pathweave.tiles.abi import S_PROFILE
 from pathweave.tiles.graph import TileGraph
-from pathweave.tiles.program import S_PROFILE, TileProgram
+from pathweave.tiles.program import TileProgram
 from pathweave.tiles.runtime import TileRuntime
 
 

@@ -37,7 +37,7 @@ class LayerTiles:
     op: str
     shape: tuple[int, ...]  # the layer's output
     tiles: int
-    kernel: str = ""  # a convolution's path (``tile_program.kernel_names``)
+    kernel: str = ""  # a convolution's path (``program.kernel_names``)
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ def parallel_fraction(speedup: float, workers: int) -> float:
 
 def layer_tiles(graph: TileGraph, kernels: list[str] | None = None) -> list[LayerTiles]:
     """Every layer of ``graph`` with its op, output shape and tile count, in layer order; ``kernels``: each
-    layer's convolution path (``tile_program.kernel_names`` of a program over the graph)."""
+    layer's convolution path (``program.kernel_names`` of a program over the graph)."""
     starts = graph.layer_tile_start
     kernels = kernels or [""] * graph.num_layers
     return [

@@ -18,12 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from pathweave.errors import ClosedError, ExecutionError, InputError, MissingDependencyError, UnsupportedError
+from pathweave.tiles.abi import MAX_COLUMNS
 from pathweave.tiles.graph import TileGraph
-
-#: op codes the native runtime dispatches on (see tile_runtime.c)
-OP_TEST = 0
-OP_LAYER = 1
-MAX_COLUMNS = 64
 
 _LIB: ctypes.CDLL | None = None
 _I32P = np.ctypeslib.ndpointer(np.int32, flags="C_CONTIGUOUS")
@@ -153,7 +149,7 @@ class TileRuntime:
     """One tile graph on ``workers`` scheduling engines (the caller's thread is engine 0).
 
     ``parents`` lists each tile's parents (tiles in topological order); ``from_graph`` takes a
-    ``transform.tile_graph.TileGraph`` and its CSR arrays as they are."""
+    ``graph.TileGraph`` and its CSR arrays as they are."""
 
     def __init__(self, parents: list[list[int]], ops: np.ndarray, workers: int = 1) -> None:
         children: list[list[int]] = [[] for _ in range(len(parents))]
@@ -259,7 +255,7 @@ class TileRuntime:
     def set_program(
         self, layers: np.ndarray, tile_layer: np.ndarray, lo: np.ndarray, hi: np.ndarray, scratch_floats: int
     ) -> None:
-        """Layer kernels for op OP_LAYER (``execute.tile_program``): a row per layer, each tile's layer and
+        """Layer kernels for op OP_LAYER (``tiles.program``): a row per layer, each tile's layer and
         box (int32 [tiles, 4]), the scratch floats a worker needs. The arrays are kept alive here."""
         self._program = (np.ascontiguousarray(layers, np.int64), np.ascontiguousarray(tile_layer, np.int32),
                          np.ascontiguousarray(lo, np.int32), np.ascontiguousarray(hi, np.int32))  # fmt: skip

@@ -10,7 +10,6 @@ rewritten graph run by PyTorch; a mismatch raises ``ExecutionError`` (nothing wr
 from __future__ import annotations
 
 import copy
-from typing import Any
 
 import numpy as np
 import torch
@@ -18,22 +17,25 @@ import torch
 from pathweave.compare import mismatch
 from pathweave.errors import ExecutionError, PathweaveError, UnsupportedError
 from pathweave.frontend.graph import Captured
-from pathweave.guard import CallGuard
 from pathweave.passes import fold_bn, fold_sizes, prune
 from pathweave.passes.pipeline import run_pipeline
+from pathweave.strategy import CallGuard, Strategy
 from pathweave.tiles import fuse_epilogue as tile_fuse
 from pathweave.tiles import fuse_matmul as tile_fuse_matmul
-from pathweave.tiles.graph import WORK_PER_TILE, TilesPerLayer, build_tile_graph
+from pathweave.tiles.abi import OP_LAYER
+from pathweave.tiles.build import WORK_PER_TILE, TilesPerLayer, build_tile_graph
+from pathweave.tiles.conv_layout import WINOGRAD_MIN_CHANNELS
 from pathweave.tiles.memory import DISTANCE, plan_buffers
-from pathweave.tiles.ops import plan_nodes
+from pathweave.tiles.nodes import plan_nodes
+from pathweave.tiles.ops import require_kernels
 from pathweave.tiles.program import TileProgram, build_program, output_layers
-from pathweave.tiles.runtime import OP_LAYER, TileRuntime
+from pathweave.tiles.runtime import TileRuntime
 
 #: the tile kernels against PyTorch on the same rewritten graph: float sums in another order
 CHECK_RTOL, CHECK_ATOL = 1e-3, 1e-4
 
 
-class TilesStrategy:
+class TilesStrategy(Strategy):
     strategy = "tiles"
 
     def __init__(
@@ -46,13 +48,17 @@ class TilesStrategy:
         tile_scale: dict[str, float] | None = None,
         buffer_distance: int | None = DISTANCE,
         linger_ms: float | None = None,
+        winograd_min_channels: int = WINOGRAD_MIN_CHANNELS,
     ) -> None:
+        """``winograd_min_channels``: the fewest input and output channels of a 3x3 convolution that runs
+        Winograd (``conv_layout``; 10**9 keeps every convolution direct)."""
         self.captured = captured
         self.threads = threads or torch.get_num_threads()
         # one inference at a time: every call shares the program's input and activation buffers
         # (concurrent requests run together through ``CoExecutor``)
         self.guard = CallGuard(f"{captured.name} (tiles)", exclusive=True)
         self.tile_scale = dict(tile_scale or {})
+        self.winograd_min_channels = winograd_min_channels
         try:
             self._plan(tiles_per_layer, work_per_tile, buffer_distance)
         except PathweaveError:
@@ -80,9 +86,11 @@ class TilesStrategy:
         self.passes = run_pipeline(gm, (fold_sizes, prune, fold_bn, tile_fuse, tile_fuse_matmul))
         self.gm = gm
         self.plans = plan_nodes(gm)  # read by the tile graph and by every program built over it
+        require_kernels(self.plans)  # a layer that has a range map but no kernel: refused before building
         self.graph = build_tile_graph(
-            gm, tiles_per_layer, work_per_tile=work_per_tile, scale=self.tile_scale, plans=self.plans
-        )
+            gm, tiles_per_layer, work_per_tile=work_per_tile, scale=self.tile_scale, plans=self.plans,
+            winograd_min_channels=self.winograd_min_channels,
+        )  # fmt: skip
         # one arena sized by liveness (None: a buffer per layer); the graph gains the edges that order
         # each reuse after the reads of the old value
         self.buffers = None
@@ -95,7 +103,7 @@ class TilesStrategy:
         """Another program over the same tile graph and weights, with its own input and activation
         buffers (co-execution runs several requests of one model at once, one program each)."""
         offsets = self.buffers.offsets if self.buffers else None
-        return build_program(self.gm, self.graph, self.plans, offsets)
+        return build_program(self.gm, self.graph, self.plans, offsets, self.winograd_min_channels)
 
     def check(self) -> None:
         """Raise unless the buffer plan is safe (every overwrite waits for the reads it would spoil) and
@@ -110,9 +118,6 @@ class TilesStrategy:
         problem = mismatch(list(got), want, CHECK_RTOL, CHECK_ATOL, scale_atol=True)
         if problem:
             raise ExecutionError(f"{self.captured.name}: the tile kernels disagree with PyTorch: {problem}")
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.captured.out_spec_unflatten(self.run_flat(self.captured.flatten_inputs(args, kwargs)))
 
     def run_flat(self, flat: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
         with self.guard.call():
@@ -154,8 +159,5 @@ class TilesStrategy:
         return (f"{g.num_layers} layers, {g.num_tiles} tiles, {g.num_edges} edges, {self.threads} workers, "
                 f"steals {self.runtime.steals}")  # fmt: skip
 
-    def close(self) -> None:
-        """Free the engines and buffers once the calls already started have finished; later calls
-        raise ``ClosedError``."""
-        if self.guard.close():
-            self.runtime.close()
+    def _free(self) -> None:
+        self.runtime.close()

@@ -18,9 +18,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from pathweave.errors import ExecutionError
+from pathweave.tiles.abi import OP_LAYER
 from pathweave.tiles.graph import TileGraph
 from pathweave.tiles.program import TileProgram
-from pathweave.tiles.runtime import OP_LAYER, TileRuntime, scale_columns
+from pathweave.tiles.runtime import TileRuntime, scale_columns
 
 
 @dataclass(frozen=True, eq=False)

@@ -1,7 +1,7 @@
 """Kernels per node from a profiler trace (matched by correlation id), their demand and boundedness.
 
 The trace is written by hand in the profiler's Chrome-trace form, so this runs without a GPU; the
-profiled run itself is tested on CUDA in tests/execute/test_streams_gpu.py.
+profiled run itself is tested on CUDA in tests/streams/test_strategy.py.
 """
 
 from __future__ import annotations

@@ -5,7 +5,16 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pathweave.bench.harness import GROUPS, RAMIEL_VARIANTS, _select, pathweave_builders, run_bench
+from pathweave.bench.candidate import Candidate
+from pathweave.bench.harness import (
+    GROUPS,
+    RAMIEL_VARIANTS,
+    Result,
+    _check,
+    _select,
+    pathweave_builders,
+    run_bench,
+)
 from pathweave.bench.peers import peer_names
 from pathweave.errors import InputError
 
@@ -62,3 +71,14 @@ def test_tiles_candidate_parks_its_workers_after_each_timed_call(tiny_cnn, monke
     harness._time_interleaved([cand], results, rounds=3, progress=False)
     assert len(parked) == 1 + 3  # after the warm-up and after each round's timed call
     strat.close()
+
+
+def test_a_nan_output_is_wrong_not_ok() -> None:
+    cand = Candidate("nan", "peer", lambda: torch.full((4,), float("nan")), threads=1)
+    result = Result("nan", "peer", "ok")
+    _check(cand, [torch.ones(4)], result)
+    assert result.status == "WRONG"
+    same = Result("nan_ok", "peer", "ok")  # NaN where eager has NaN too is right
+    both = torch.tensor([float("nan"), 1.0])
+    _check(Candidate("n", "peer", lambda: both.clone(), 1), [both], same)
+    assert same.status == "ok"

@@ -20,7 +20,7 @@ import torch
 
 import pathweave
 from pathweave.errors import PathweaveError, UnsupportedError
-from pathweave.frontend.onnx import numpy_to_torch
+from pathweave.frontend.onnx_ops import numpy_to_torch
 
 #: (rtol, atol) per output dtype; integers, bools and float8 are compared exactly
 TOLERANCES = {

@@ -9,7 +9,7 @@ import torch.fx
 from torch import nn
 
 import pathweave
-from pathweave.errors import CaptureError, InputError, PathweaveError, UnknownModelError
+from pathweave.errors import CaptureError, InputError, PathweaveError, UnknownModelError, UnsupportedError
 from pathweave.frontend.capture import capture
 from pathweave.frontend.shapes import tensor_specs
 
@@ -279,3 +279,25 @@ def test_the_same_tensor_twice_as_examples_stays_two_inputs(strategy: str) -> No
     x = torch.ones(3)
     fn = pathweave.optimize(_Sub(), x, x, strategy=strategy)
     torch.testing.assert_close(fn(torch.full((3,), 5.0), torch.ones(3)), torch.full((3,), 4.0))
+
+
+def test_capture_restores_each_submodule_mode() -> None:
+    model = nn.Sequential(nn.Linear(3, 3), nn.BatchNorm1d(3))
+    model.train()
+    model[1].eval()
+    capture(model, torch.randn(2, 3))
+    assert model.training and model[0].training and not model[1].training
+
+
+def test_buffer_mutation_is_named() -> None:
+    class Counter(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("calls", torch.zeros(()))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            self.calls.add_(1)
+            return x * 2
+
+    with pytest.raises(UnsupportedError, match=r"updates its buffers \['calls'\]"):
+        capture(Counter(), torch.randn(2))

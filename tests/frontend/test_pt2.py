@@ -348,8 +348,13 @@ def _insert_node(program: dict, target: str, args: list) -> dict:
     """A node before the output that calls ``target`` on ``args`` (serialized argument dicts)."""
     graph = program["graph_module"]["graph"]
     inputs = [{"name": f"a{i}", "arg": a, "kind": 1} for i, a in enumerate(args)]
-    node = {"target": target, "inputs": inputs, "outputs": [{"as_tensor": {"name": "evil_out"}}],
-            "metadata": {}, "is_hop_single_tensor_return": None}
+    node = {
+        "target": target,
+        "inputs": inputs,
+        "outputs": [{"as_tensor": {"name": "evil_out"}}],
+        "metadata": {},
+        "is_hop_single_tensor_return": None,
+    }
     graph["tensor_values"]["evil_out"] = next(iter(graph["tensor_values"].values()))
     graph["nodes"].append(node)
     return program

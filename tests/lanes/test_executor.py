@@ -447,3 +447,23 @@ def test_inplace_op_in_fx_graph_is_refused(outputs_close) -> None:
     assert fast.strategy == "sequential"
     with torch.no_grad():
         outputs_close(fast(x), model(x), 1e-5, 1e-5)
+
+
+class ConstOut(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(3))
+
+    def forward(self, x: torch.Tensor):
+        return torch.relu(x), self.w * 2, x
+
+
+def test_lanes_executor_refuses_calls_after_close() -> None:
+    x = torch.randn(3)
+    strat = LanesStrategy(capture(ConstOut().eval(), x), lanes=2, threads=2)
+    strat.close()
+    done = []
+    t = threading.Thread(target=lambda: done.append(pytest.raises(ExecutionError, strat, x)), daemon=True)
+    t.start()
+    t.join(timeout=10)
+    assert not t.is_alive() and done  # raised instead of hanging

@@ -8,8 +8,12 @@ input from another lane arrives ``handoff`` later, and a lane runs one node at a
 from __future__ import annotations
 
 import pytest
+import torch
+from torch import nn
 
+from pathweave.analysis.dag import build_dag
 from pathweave.errors import PlanError
+from pathweave.frontend.capture import capture
 from pathweave.lanes.mapping import map_to_lanes, plan_lanes
 from pathweave.lanes.plan import LanePlan
 from tests.analysis.dags import make_dag
@@ -154,3 +158,11 @@ def test_verify_rejects_an_order_against_the_graph_order() -> None:
     plan = _plan((("x", "y"), ("u", "v")), (("v", 0), ("y", 1)))
     with pytest.raises(PlanError, match=r"^lane 1 runs u before v, against the graph's order$"):
         plan.verify(dag)
+
+
+def test_plan_drops_empty_lanes() -> None:
+    captured = capture(nn.Sequential(nn.Linear(3, 3), nn.ReLU()).eval(), torch.randn(2, 3))
+    dag = build_dag(captured.gm)
+    plan = plan_lanes(dag, lambda n: 1.0, lanes=8)
+    assert len(plan.lanes) == 1 and plan.lanes[0] == dag.nodes  # a chain: one lane, no idle threads
+    plan.verify(dag)

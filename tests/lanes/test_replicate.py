@@ -1,4 +1,4 @@
-"""The replicated graph of hyperclustering (``transform.replicate``) against the whole-batch model."""
+"""The replicated graph of hyperclustering (``lanes.replicate``) against the whole-batch model."""
 
 from __future__ import annotations
 

@@ -103,3 +103,21 @@ def test_codegen_command_zoo_model(tmp_path, capsys, monkeypatch) -> None:
     with torch.no_grad():
         torch.testing.assert_close(gen.run(*x)[0], model(*x), rtol=1e-4, atol=1e-5)
     assert "pathweave" not in {m.split(".")[0] for m in sys.modules if m.startswith("gen_")}
+
+
+class ConstOut(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(3))
+
+    def forward(self, x: torch.Tensor):
+        return torch.relu(x), self.w * 2, x
+
+
+def test_codegen_writes_an_empty_lane_and_constant_outputs(tmp_path) -> None:
+    captured = capture(ConstOut().eval(), torch.randn(3))
+    dag = build_dag(captured.gm)
+    module, _ = write_module(captured, LanePlan((dag.nodes, ()), (), 1, 1, 0.0, 0.0), tmp_path / "m.py")
+    source = module.read_text()
+    compile(source, str(module), "exec")  # valid Python: the empty lane has a body
+    assert "def lane_1(x):\n    pass" in source

@@ -11,6 +11,7 @@ from pathweave.frontend.capture import capture
 from pathweave.passes import fuse_conv
 from pathweave.passes.fuse_conv import FuseConv
 from pathweave.passes.pipeline import apply_pass
+from pathweave.sequential import SequentialExecutor
 
 RTOL = 1e-4
 _mkldnn = torch.ops.mkldnn
@@ -166,3 +167,18 @@ def test_float64_conv_is_left_alone() -> None:
     model = ConvRelu().double()
     captured = capture(model.eval(), torch.randn(1, 3, 8, 8, dtype=torch.float64))
     assert fuse_conv.propose(captured.gm) == []
+
+
+def test_fuse_conv_leaves_scaled_adds_alone() -> None:
+    class Scaled(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Conv2d(3, 3, 1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.add(self.conv(x), x, alpha=2)
+
+    captured = capture(Scaled().eval(), torch.randn(1, 3, 4, 4))
+    assert [m.add for m in fuse_conv.propose(captured.gm)] == [None]
+    ex = SequentialExecutor(captured)
+    assert ex.passes and any(p.name == "fuse_conv" and p.rewrites == 1 for p in ex.passes)

@@ -103,3 +103,16 @@ def test_lanes_with_cloning_verify_and_match_eager() -> None:
                 torch.testing.assert_close(strat(x), model(x), rtol=1e-5, atol=1e-6)
         finally:
             strat.close()
+
+
+def test_prune_does_not_fold_random_ops() -> None:
+    class Noisy(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = nn.Parameter(torch.ones(3))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x + torch.rand_like(self.w)
+
+    captured = capture(Noisy().eval(), torch.randn(3), check=False)
+    assert all(m.node != "rand_like" for m in prune.propose(captured.gm))

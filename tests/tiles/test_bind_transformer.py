@@ -12,15 +12,15 @@ import torch
 import torch.nn.functional as F
 
 import pathweave
-from pathweave.tiles.bind_transformer import (
+from pathweave.tiles.abi import (
     GEMM_PACK,
     GEMM_ROWS,
     GEMM_TRANS,
     K_MATMUL,
+    S_OP,
     SQ_LAYOUT_A,
     SQ_LAYOUT_B,
 )
-from pathweave.tiles.program import S_OP
 from pathweave.tiles.strategy import TilesStrategy
 
 VOCAB, SEQ, HEADS, HEAD_DIM, BATCH = 29, 11, 3, 13, 2

@@ -14,8 +14,8 @@ import torch.nn.functional as F
 
 import pathweave
 from pathweave.errors import ExecutionError, InputError
+from pathweave.tiles.abi import S_OP, S_OUT, S_W
 from pathweave.tiles.coexec import CoExecutor
-from pathweave.tiles.program import S_OP, S_OUT, S_W
 from pathweave.tiles.strategy import TilesStrategy
 from pathweave.tiles.union import make_part, union
 

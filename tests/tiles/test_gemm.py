@@ -15,7 +15,8 @@ import pytest
 
 from pathweave.errors import UnsupportedError
 from pathweave.tiles import runtime as tile_runtime
-from pathweave.tiles.program import PANEL_ROWS, PANEL_ROWS_T, pack_weights
+from pathweave.tiles.abi import PANEL_ROWS, PANEL_ROWS_T
+from pathweave.tiles.bind_cnn import pack_weights
 
 _I64, _P = ctypes.c_int64, ctypes.c_void_p
 
@@ -141,7 +142,7 @@ def test_linears_on_the_packed_kernels_over_several_column_pieces(outputs_close)
     import torch
 
     import pathweave
-    from pathweave.tiles.program import S_OP, S_WPACK
+    from pathweave.tiles.abi import S_OP, S_WPACK
     from pathweave.tiles.strategy import TilesStrategy
 
     torch.manual_seed(0)
@@ -155,7 +156,7 @@ def test_linears_on_the_packed_kernels_over_several_column_pieces(outputs_close)
     pieces = [len(strat.graph.grid(i)[-1]) - 1 for i in range(strat.graph.num_layers)]
     assert max(pieces) >= 3  # several column blocks of the packed weights
     if tile_runtime.gemm_isa() == "avx512":  # panels of 16 columns, 300 % 16 = 12 in the last piece
-        from pathweave.tiles.program import S_WPACK_T
+        from pathweave.tiles.abi import S_WPACK_T
 
         assert rows[rows[:, S_WPACK] != 0, S_WPACK_T].all()
     for seed in range(3):
@@ -191,7 +192,7 @@ def test_linears_on_the_row_broadcast_kernel_every_instruction_set(outputs_close
     import torch
 
     import pathweave
-    from pathweave.tiles.program import S_WPACK_T
+    from pathweave.tiles.abi import S_WPACK_T
     from pathweave.tiles.strategy import TilesStrategy
 
     if tile_runtime.gemm_isa() != "avx512":
@@ -219,7 +220,7 @@ def test_a_head_of_few_rows_on_the_row_broadcast_kernel(outputs_close, batch: in
     import torch
 
     import pathweave
-    from pathweave.tiles.program import S_WPACK, S_WPACK_T
+    from pathweave.tiles.abi import S_WPACK, S_WPACK_T
     from pathweave.tiles.strategy import TilesStrategy
 
     torch.manual_seed(batch)

@@ -17,7 +17,8 @@ from torch import nn
 import pathweave
 from pathweave.errors import InputError, PlanError, UnsupportedError
 from pathweave.frontend.capture import capture
-from pathweave.tiles.graph import TileGraph, build_tile_graph
+from pathweave.tiles.build import build_tile_graph
+from pathweave.tiles.graph import TileGraph
 from pathweave.tiles.grid import Grid, make_grid, max_tiles
 from tests.tiles.brute import brute_pairs, tile_labels
 

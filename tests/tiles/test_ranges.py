@@ -19,7 +19,8 @@ import torch.fx
 
 from pathweave.errors import UnsupportedError
 from pathweave.tiles import ranges as tr
-from pathweave.tiles.ops import plan_nodes, shape
+from pathweave.tiles.maps import shape
+from pathweave.tiles.nodes import plan_nodes
 from tests.tiles.brute import (
     brute_pairs,
     dependency_mask,

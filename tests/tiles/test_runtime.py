@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from pathweave.errors import ExecutionError, InputError
-from pathweave.tiles.runtime import OP_TEST, TileRuntime, csr, depth_columns
+from pathweave.tiles.abi import OP_TEST
+from pathweave.tiles.runtime import TileRuntime, csr, depth_columns
 
 
 def _random_graph(n: int, seed: int, window: int = 40, max_parents: int = 3) -> list[list[int]]:
@@ -139,7 +140,7 @@ def test_csr_and_depth_columns() -> None:
 
 @pytest.mark.parametrize("name", ["resnet50", "bert_base"])
 def test_zoo_tile_graphs_run_in_dependency_order(name: str, zoo_cache) -> None:
-    from pathweave.tiles.graph import build_tile_graph
+    from pathweave.tiles.build import build_tile_graph
 
     graph = build_tile_graph(zoo_cache.captured(name).gm, 8)
     parents = [graph.parents(t).tolist() for t in range(graph.num_tiles)]

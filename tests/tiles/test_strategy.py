@@ -390,18 +390,18 @@ class _SevenByOne(torch.nn.Module):
 def test_transposed_kernel_layers_on_every_instruction_set(
     model: type, shape: tuple, layouts: dict, row_tiles: int, tiles: int | None, outputs_close, monkeypatch
 ) -> None:
-    from pathweave.tiles import graph as tile_graph
+    from pathweave.tiles import conv_layout
     from pathweave.tiles import runtime as tile_runtime
-    from pathweave.tiles.program import PACKS, S_WPACK_T
+    from pathweave.tiles.abi import PACKS, S_WPACK_T
 
     if tile_runtime.gemm_isa() != "avx512":
         pytest.skip("the transposed micro-kernel is chosen only where the AVX-512 kernels run")
-    monkeypatch.setattr(tile_graph, "WINOGRAD_MIN_CHANNELS", 10**9)  # their 3x3 layers, not Winograd's
-    monkeypatch.setattr(tile_graph, "PADDED_WIDTH_PER_PAD", 14)  # a 3x3 window over 7x7 on "narrow" (im2col)
+    monkeypatch.setattr(conv_layout, "PADDED_WIDTH_PER_PAD", 14)  # a 3x3 window over 7x7 on "narrow" (im2col)
     torch.manual_seed(0)
     net = model().eval()
+    # winograd_min_channels=10**9: their 3x3 layers, not Winograd's
     strat = TilesStrategy(pathweave.capture(net, torch.randn(shape)), threads=2, work_per_tile=2e5,
-                          tiles_per_layer=tiles)  # fmt: skip
+                          tiles_per_layer=tiles, winograd_min_channels=10**9)  # fmt: skip
     kinds = strat.program.layers[:, S_WPACK_T].tolist()
     if tiles:
         g = strat.graph
@@ -420,7 +420,7 @@ def test_transposed_kernel_layers_on_every_instruction_set(
 
 
 def test_few_output_channels_keep_the_packed_kernels(outputs_close) -> None:
-    from pathweave.tiles.program import S_WPACK, S_WPACK_T
+    from pathweave.tiles.abi import S_WPACK, S_WPACK_T
 
     model = torch.nn.Sequential(torch.nn.Conv2d(64, 12, 3, padding=1), torch.nn.Conv2d(12, 256, 1),
                                 torch.nn.Conv2d(256, 8, 1)).eval()  # fmt: skip

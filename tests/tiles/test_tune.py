@@ -11,7 +11,7 @@ from pathweave.errors import InputError
 from pathweave.passes import fold_bn, prune
 from pathweave.passes.pipeline import run_pipeline
 from pathweave.tiles import fuse_epilogue as tile_fuse
-from pathweave.tiles.graph import build_tile_graph
+from pathweave.tiles.build import build_tile_graph
 from pathweave.tiles.tune import tune_tiles
 
 

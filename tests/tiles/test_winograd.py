@@ -11,7 +11,9 @@ import torch
 
 import pathweave
 from pathweave.tiles import runtime as tile_runtime
-from pathweave.tiles.program import PACKS, S_WPACK_T, kernel_names, winograd_weights
+from pathweave.tiles.abi import PACKS, S_WPACK_T
+from pathweave.tiles.bind_cnn import winograd_weights
+from pathweave.tiles.program import kernel_names
 from pathweave.tiles.strategy import TilesStrategy
 
 WINOGRAD = PACKS["winograd"]
@@ -194,3 +196,25 @@ def test_kernel_names_name_each_convolution_path() -> None:
         assert kernel_names(strat.program.layers) == ["winograd", "1x1", "depthwise", "padded"]
     finally:
         strat.close()
+
+
+@avx512
+def test_winograd_min_channels_turns_winograd_off(outputs_close) -> None:
+    """The strategy option that replaced the module global: ``winograd_min_channels=10**9`` runs every
+    3x3 layer direct (on their own row pieces, not Winograd's even ones), with the same results."""
+    torch.manual_seed(0)
+    net = _Blocks().eval()
+    x = torch.randn(1, 32, 16, 18)
+    captured = pathweave.capture(net, x)
+    winograd = TilesStrategy(captured, threads=2)
+    direct = TilesStrategy(captured, threads=2, winograd_min_channels=10**9)
+    try:
+        assert kernel_names(winograd.program.layers).count("winograd") == 3
+        assert "winograd" not in kernel_names(direct.program.layers) and not _layers(direct, WINOGRAD)
+        with torch.no_grad():
+            want = net(x)
+            outputs_close(direct(x), want, rtol=1e-4, atol_scale=1e-5)
+            outputs_close(direct(x), winograd(x), rtol=1e-4, atol_scale=1e-5)
+    finally:
+        winograd.close()
+        direct.close()

@@ -1,9 +1,9 @@
 /* Layer kernels of the tile runtime: one call computes one tile (a box of a layer's output).
  *
- * A layer is described by PW_SLOTS int64 values (a row of a numpy array written by
- * pathweave/execute/tile_program.py, which names the same slots): op code, epilogue activation,
- * buffer addresses, shapes, strides and op parameters. Buffers are float32. Shapes are padded to 4
- * dims at the end with size 1, as the tile graph pads them; a tile is the box [lo, hi) of the output.
+ * A layer is described by PW_SLOTS int64 values (a row of a numpy array written by the binders in
+ * pathweave/tiles/bind_*.py; pathweave/tiles/abi.py names the same slots and codes): op code, epilogue
+ * activation, buffer addresses, shapes, strides and op parameters. Buffers are float32. Shapes are padded
+ * to 4 dims at the end with size 1, as the tile graph pads them; a tile is the box [lo, hi) of the output.
  */
 #ifndef PW_TILE_KERNELS_H
 #define PW_TILE_KERNELS_H

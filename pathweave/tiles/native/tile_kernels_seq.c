@@ -418,7 +418,7 @@ static int matmul_packed(const int64_t *L, const box4 *b, float *scratch, int64_
         for (int64_t i1 = b->l[1]; i1 < b->h[1]; i1++) {
             const float *a = x + i0 * xs[0] + i1 * xs[1] + b->l[2] * xs[2];
             float *c = out + out_at(b, i0, i1, b->l[2], b->l[3]);
-            if (L[S_WPACK_T]) { /* B in panels of PW_TR columns, A read in place (tile_program_seq) */
+            if (L[S_WPACK_T]) { /* B in panels of PW_TR columns, A read in place (bind_transformer) */
                 pw_gemm_rows(rows, cols, K, a, xs[2], bp + K * b->l[3], c, N);
             } else {
                 /* the worker's last packed A is kept, as conv_tile keeps its im2col: the next tile over
@@ -430,7 +430,7 @@ static int matmul_packed(const int64_t *L, const box4 *b, float *scratch, int64_
                     pack_panels(a, xs[2], xs[3], rows, K, pa);
                     memcpy(key, want, sizeof want);
                 }
-                /* B's columns [l3, h3): one block of K rows of `cols` floats (tile_program_seq._pack_b) */
+                /* B's columns [l3, h3): one block of K rows of `cols` floats (bind_transformer._pack_b) */
                 pw_gemm_packed(rows, cols, K, pa, 0, bp + K * b->l[3], cols, c, N, NULL, NULL, PW_ACT_NONE);
             }
             const float *zr = z ? z + i0 * zs[0] + i1 * zs[1] + b->l[2] * zs[2] + b->l[3] * zs[3] : NULL;

@@ -1,6 +1,6 @@
 /* Transformer kernels of the tile runtime (tile_kernels_seq.c): embedding, layer norm, softmax, unary
  * maps, batched matmul on strided views, where, conversion to float32, and the copy of a reshape that
- * cannot view its input. Rows are written by pathweave/execute/tile_program_seq.py.
+ * cannot view its input. Rows are written by pathweave/tiles/bind_transformer.py.
  *
  * Unlike the other kernels, these read shapes and strides padded at the FRONT to 4 dims (dim 3 is
  * always the tensor's last); SQ_RANK says how many dims are real. S_OSHAPE and the tile box stay as the

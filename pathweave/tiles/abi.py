@@ -1,0 +1,56 @@
+"""The native tile code's numbers, once, as Python constants: op codes, slots, packings, activations.
+
+Each constant mirrors one of ``native/`` (a C ``PW_NAME`` is ``NAME`` here, ``S_*`` and ``SQ_*`` keep
+their names; ``tests/tiles/test_abi.py`` parses the C and compares, both ways).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+# ---- tile_runtime.c: the runtime's op per tile, its depth columns ------------------------------------------
+OP_TEST, OP_LAYER = 0, 1
+MAX_COLUMNS = 64  # PW_MAX_COLS
+
+# ---- tile_gemm.h: the micro-kernels' weight panels ---------------------------------------------------------
+#: rows per panel of packed convolution weights: PW_MR, and PW_TR for the transposed micro-kernel
+PANEL_ROWS, PANEL_ROWS_T = 8, 16
+#: entries after the row offsets of a padded convolution
+KOFF_PAD = 8
+
+# ---- tile_kernels.h: a layer's row -------------------------------------------------------------------------
+SLOTS = 48
+#: floats at the start of a worker's scratch that remember what its im2col buffer holds
+SCRATCH_HEADER = 16
+#: op codes (slot S_OP)
+K_CONV, K_MAXPOOL, K_AVGPOOL, K_ADAPTIVE, K_LINEAR, K_EWISE, K_CAT, K_AFFINE, K_PAD, K_SUM = range(1, 11)
+K_EMBEDDING, K_LAYERNORM, K_SOFTMAX, K_MAP, K_MATMUL, K_WHERE, K_CONVERT, K_COPY = range(32, 40)
+#: how a convolution uses its packed weights (slot S_WPACK_T)
+PACK_PANELS, PACK_TRANSPOSED, PACK_PADDED, PACK_WINOGRAD = range(4)
+#: epilogue activations (slot S_ACT); ACT_GELU_TANH is tile_kernels_seq.h's
+ACT_NONE, ACT_RELU, ACT_GELU, ACT_TANH, ACT_GELU_TANH, ACT_SIGMOID = range(6)
+#: element-wise binary ops (slot S_BINOP)
+BIN_NONE, BIN_ADD, BIN_SUB, BIN_MUL, BIN_DIV, BIN_RSUB = range(6)
+#: slots
+S_OP, S_ACT, S_OUT, S_X, S_Y, S_W, S_BIAS, S_SCALAR = range(8)
+S_OSHAPE, S_XSTRIDE, S_XSHAPE, S_YSTRIDE, S_BINOP, S_ALPHA = 8, 12, 16, 20, 24, 25
+S_KH, S_KW, S_SH, S_SW, S_PH, S_PW, S_DH, S_DW, S_GROUPS = range(28, 37)
+S_POINTWISE, S_COUNT_PAD, S_DIVISOR, S_AUX, S_NAUX = 37, 38, 39, 40, 41
+S_WPACK, S_WPACK_T, S_PROFILE = 42, 43, 47
+
+# ---- tile_kernels_seq.h: the transformer kernels' slots and codes ------------------------------------------
+SQ_Z, SQ_YSCALAR = S_W, S_ALPHA
+SQ_ZSTRIDE, SQ_RANK, SQ_DTYPE, SQ_K, SQ_ROWS, SQ_LAYOUT_A, SQ_LAYOUT_B = 28, 32, 33, 34, 35, 36, 37
+#: element types (SQ_DTYPE)
+DT_F32, DT_I64, DT_I32, DT_U8 = range(4)
+#: how sgemm reads a matmul operand (SQ_LAYOUT_A, SQ_LAYOUT_B)
+GEMM_ROWS, GEMM_TRANS, GEMM_PACK = range(3)
+
+# ---- the same codes by the names the graph uses ------------------------------------------------------------
+#: a convolution's layout (``conv_layout``) -> its packing
+PACKS = {None: PACK_PANELS, "narrow": PACK_TRANSPOSED, "padded": PACK_PADDED, "winograd": PACK_WINOGRAD}
+ACTS = {"none": ACT_NONE, "relu": ACT_RELU, "gelu": ACT_GELU, "tanh": ACT_TANH, "sigmoid": ACT_SIGMOID}
+#: the transformer kernels' activations: the shared ones and GPT-2's tanh form of GELU
+SEQ_ACTS = {**ACTS, "gelu_tanh": ACT_GELU_TANH}
+BINOPS = {"add": BIN_ADD, "sub": BIN_SUB, "mul": BIN_MUL, "div": BIN_DIV, "rsub": BIN_RSUB}
+DTYPES = {np.float32: DT_F32, np.int64: DT_I64, np.int32: DT_I32, np.bool_: DT_U8}

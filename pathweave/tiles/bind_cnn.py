@@ -1,0 +1,394 @@
+"""Kernel binders of the CNN ops (``native/tile_kernels.c``, slots in ``native/tile_kernels.h``):
+convolution (with Winograd and the packed micro-kernels' weights), pooling, linear, element-wise ops,
+inference batch norm, constant padding, sum and concatenation. Each fills one layer's row
+(``rows.LayerRow``) and returns the scratch floats a tile needs.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch.fx
+
+from pathweave.analysis.ops import op_name
+from pathweave.tiles.abi import (
+    ACTS,
+    BINOPS,
+    K_ADAPTIVE,
+    K_AFFINE,
+    K_AVGPOOL,
+    K_CAT,
+    K_CONV,
+    K_EWISE,
+    K_LINEAR,
+    K_MAXPOOL,
+    K_PAD,
+    K_SUM,
+    KOFF_PAD,
+    PACKS,
+    PANEL_ROWS,
+    PANEL_ROWS_T,
+    S_ACT,
+    S_ALPHA,
+    S_AUX,
+    S_BIAS,
+    S_BINOP,
+    S_COUNT_PAD,
+    S_DIVISOR,
+    S_DW,
+    S_GROUPS,
+    S_KH,
+    S_KW,
+    S_NAUX,
+    S_OP,
+    S_PH,
+    S_POINTWISE,
+    S_PW,
+    S_SCALAR,
+    S_SH,
+    S_SW,
+    S_W,
+    S_WPACK,
+    S_WPACK_T,
+    S_X,
+    S_XSHAPE,
+    S_XSTRIDE,
+    S_Y,
+    S_YSTRIDE,
+)
+from pathweave.tiles.conv_layout import conv_layout
+from pathweave.tiles.maps import as_ints
+from pathweave.tiles.rows import (
+    LayerRow,
+    NoKernel,
+    View,
+    dense_view,
+    is_constant,
+    out_shape,
+    packed_once,
+    pad4,
+)
+from pathweave.tiles.runtime import gemm_isa, winograd_scratch
+
+#: the element-wise kernel's activations by op name
+UNARY = {"relu": "relu", "gelu": "gelu", "tanh": "tanh", "sigmoid": "sigmoid"}
+#: Winograd F(2x2, 3x3)'s weight transform G (U = G g G^T, native/tile_winograd.c)
+WINOGRAD_G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
+
+
+def pack_weights(w: np.ndarray, groups: int, rows: int = PANEL_ROWS) -> np.ndarray | None:
+    """Convolution weights [O, C/groups, kh, kw] in the micro-kernels' panels: per group, its rows
+    padded with zeros to whole panels of ``rows``, each panel stored k-major ([K][rows]).
+    None where a group has fewer rows than a panel (depthwise): those keep the sgemm path."""
+    out_channels = w.shape[0]
+    per_group = out_channels // groups
+    if per_group < rows:
+        return None
+    k = int(np.prod(w.shape[1:]))
+    panels = -(-per_group // rows)
+    padded = np.zeros((groups, panels * rows, k), dtype=np.float32)
+    padded[:, :per_group] = w.reshape(groups, per_group, k)
+    return np.ascontiguousarray(padded.reshape(groups * panels, rows, k).transpose(0, 2, 1))
+
+
+def _packed(weight: torch.fx.Node, w: View, groups: int, rows: int) -> np.ndarray | None:
+    """The packed weights (panels of ``rows``), made once per weight node and shared by every program of
+    the graph; None for a weight that is not a constant (it keeps the sgemm path, which reads it at run
+    time)."""
+    if not is_constant(weight):
+        return None
+    return packed_once(weight, (groups, rows), lambda: pack_weights(w.array(), groups, rows))
+
+
+def conv(t: LayerRow) -> int:
+    """conv2d and ``fuse_epilogue``'s conv2d_act (bias, residual, activation in the store)."""
+    node, args, row, view = t.node, t.args, t.row, t.view
+    x = dense_view(view(args["input"]), "input")
+    w = dense_view(view(args["weight"]), "weight")
+    if len(x.shape) != 4 or isinstance(args["padding"], str):
+        raise NoKernel("2-D convolutions with numeric padding only")
+    row[S_OP], row[S_ACT], row[S_X], row[S_W] = K_CONV, ACTS[args.get("act") or "none"], x.address, w.address
+    if args.get("bias") is not None:
+        row[S_BIAS] = dense_view(view(args["bias"]), "bias").address
+    if args.get("residual") is not None:
+        res = dense_view(view(args["residual"]), "residual")
+        if res.shape != out_shape(node):
+            raise NoKernel("residual of another shape")
+        row[S_Y] = res.address
+    row[S_XSHAPE : S_XSHAPE + 4] = x.shape
+    kh, kw = w.shape[2], w.shape[3]
+    (sh, sw), (ph, pw), (dh, dw) = (as_ints(args[k], 2) for k in ("stride", "padding", "dilation"))
+    row[S_KH : S_GROUPS + 1] = [kh, kw, sh, sw, ph, pw, dh, dw, int(args["groups"])]
+    out = out_shape(node)
+    lo, hi = t.graph.layer_tile_start[t.index], t.graph.layer_tile_start[t.index + 1]
+    if np.any(t.graph.tile_lo[lo:hi, 3] != 0) or np.any(t.graph.tile_hi[lo:hi, 3] != out[3]):
+        raise NoKernel("tiles must span whole output rows")
+    # narrow tiles and padded inputs take the transposed micro-kernel where the AVX-512 kernels run (with
+    # 8-float vectors the column tails waste little); it needs the weights in panels of its own height
+    layout = conv_layout(node, t.winograd_min_channels) if gemm_isa() == "avx512" else None
+    if layout == "winograd" and is_constant(args["weight"]):
+        return _winograd(t, w)
+    if layout == "winograd":  # a weight given at run time: the direct kernels read it as it comes
+        layout = None
+    packed = _packed(args["weight"], w, int(args["groups"]), PANEL_ROWS_T) if layout else None
+    if packed is None:  # fewer output channels than its panel: the row-vector kernels' panels of 8
+        layout = None
+        packed = _packed(args["weight"], w, int(args["groups"]), PANEL_ROWS)
+    if packed is not None:
+        t.keep.append(packed)
+        row[S_WPACK], row[S_WPACK_T] = packed.ctypes.data, PACKS[layout]
+    # a 1x1 stride-1 convolution multiplies the input as it lies (no im2col, no scratch); the kernel
+    # takes this decision from the row, so the scratch sized here always fits what it does
+    row[S_POINTWISE] = kh == kw == 1 and (sh, sw, ph, pw) == (1, 1, 0, 0) and out[2:] == x.shape[2:]
+    return _conv_scratch(t, x, layout, k=x.shape[1] // int(args["groups"]) * kh * kw)
+
+
+def _conv_scratch(t: LayerRow, x: View, layout: str | None, k: int) -> int:
+    """The floats one tile of a direct convolution needs: its im2col (or zero-padded copy and row
+    offsets), and the transposed kernel's sums."""
+    row, out = t.row, out_shape(t.node)
+    kh, kw, sh, ph, pw = (int(row[s]) for s in (S_KH, S_KW, S_SH, S_PH, S_PW))
+    rows = t.graph.largest_extent(t.index, 2)
+    # the transposed kernel's sums: its positions x (channels of a tile and the rows before them in
+    # their first panel, rounded up to whole panels); stride 1 over a padded copy sums whole padded rows
+    width = x.shape[3] + 2 * pw if layout == "padded" and sh == 1 else out[3]
+    channels = -(-(t.graph.largest_extent(t.index, 1) + PANEL_ROWS_T - 1) // PANEL_ROWS_T) * PANEL_ROWS_T
+    sums = rows * width * channels if layout else 0
+    if layout == "padded":  # the zero-padded copy (pw_padded_floats), the offsets of B's rows (int64)
+        copy = x.shape[1] * ((rows - 1) * sh + kh) * (x.shape[3] + 2 * pw) + kw
+        return (-(-copy // 16) * 16 if ph or pw or sh == 1 else 0) + 2 * (k + KOFF_PAD) + sums
+    if row[S_POINTWISE]:
+        return sums
+    return k * rows * out[3] + sums
+
+
+def winograd_weights(w: np.ndarray) -> np.ndarray:
+    """3x3 weights [O, C, 3, 3] as the Winograd kernel reads them: U = G g G^T per (o, c) in float64, then
+    per point of the 4x4 transform the transposed micro-kernel's panels of ``PANEL_ROWS_T``
+    ([16 * panels, C, rows])."""
+    u = np.einsum("au,ocuv,bv->aboc", WINOGRAD_G, w.astype(np.float64), WINOGRAD_G)
+    u = u.reshape(16, w.shape[0], w.shape[1], 1, 1).astype(np.float32)
+    return np.concatenate([pack_weights(p, 1, PANEL_ROWS_T) for p in u])
+
+
+def _winograd(t: LayerRow, w: View) -> int:
+    packed = packed_once(t.args["weight"], "winograd", lambda: winograd_weights(w.array()))
+    t.keep.append(packed)
+    t.row[S_WPACK], t.row[S_WPACK_T] = packed.ctypes.data, PACKS["winograd"]
+    c, out = w.shape[1], out_shape(t.node)
+    return winograd_scratch(c, t.graph.largest_extent(t.index, 2), t.graph.largest_extent(t.index, 1), out[3])
+
+
+def pool(t: LayerRow) -> int:
+    """max_pool2d and avg_pool2d."""
+    name, args, row = op_name(t.node), t.args, t.row
+    x = t.view(args["self"])  # a view is read through its strides, with adjacent columns
+    if len(x.shape) != 4:
+        raise NoKernel("only 4-D inputs")
+    if x.strides[3] != 1 and x.shape[3] > 1:
+        raise NoKernel(f"input columns are not adjacent (strides {x.strides})")
+    row[S_XSTRIDE : S_XSTRIDE + 4] = x.strides
+    kernel = as_ints(args["kernel_size"], 2)
+    stride = as_ints(args["stride"], 2) if args.get("stride") else kernel
+    dilation = as_ints(args.get("dilation") or 1, 2)
+    row[S_OP], row[S_X] = (K_MAXPOOL if name == "max_pool2d" else K_AVGPOOL), x.address
+    row[S_XSHAPE : S_XSHAPE + 4] = x.shape
+    row[S_KH : S_DW + 1] = [*kernel, *stride, *as_ints(args["padding"], 2), *dilation]
+    if name == "avg_pool2d":
+        row[S_COUNT_PAD] = int(bool(args.get("count_include_pad", True)))
+        row[S_DIVISOR] = int(args.get("divisor_override") or 0)
+    return 0
+
+
+def adaptive_pool(t: LayerRow) -> int:
+    """adaptive_avg_pool2d of a 4-D input."""
+    x = dense_view(t.view(t.args["self"]), "input")
+    if len(x.shape) != 4:
+        raise NoKernel("only 4-D inputs")
+    t.row[S_OP], t.row[S_X] = K_ADAPTIVE, x.address
+    t.row[S_XSHAPE : S_XSHAPE + 4] = x.shape
+    return 0
+
+
+def linear(t: LayerRow) -> int:
+    """linear and ``fuse_epilogue``'s linear_act on contiguous operands (the plain linear kernel)."""
+    args, row, view = t.args, t.row, t.view
+    x = dense_view(view(args["input"]), "input")
+    w = dense_view(view(args["weight"]), "weight")
+    out = out_shape(t.node)
+    if not 2 <= len(out) <= 4:
+        raise NoKernel(f"{len(out)}-D output")
+    row[S_OP], row[S_ACT], row[S_X], row[S_W] = (
+        K_LINEAR,
+        ACTS[args.get("act") or "none"],
+        x.address,
+        w.address,
+    )
+    if args.get("bias") is not None:
+        row[S_BIAS] = dense_view(view(args["bias"]), "bias").address
+    row[S_XSHAPE] = x.shape[-1]
+    row[S_GROUPS] = len(out)
+    return 0
+
+
+def _broadcast_strides(v: View, out: tuple[int, ...]) -> list[int]:
+    """The strides of ``v`` over the output's index space (right-aligned; 0 where it broadcasts)."""
+    lead = len(out) - len(v.shape)
+    strides = [0] * lead + [s if n != 1 else 0 for s, n in zip(v.strides, v.shape, strict=True)]
+    return pad4(strides, 0)
+
+
+def ewise(t: LayerRow) -> int:
+    """A unary activation (``UNARY``) or a binary op (``BINOPS``) of a tensor and a tensor or a number."""
+    name, args, row, view = op_name(t.node), t.args, t.row, t.view
+    out = out_shape(t.node)
+    if len(out) > 4:
+        raise NoKernel("more than 4 dims")
+    row[S_OP] = K_EWISE
+    if name in UNARY:
+        if name == "gelu" and args.get("approximate", "none") != "none":
+            raise NoKernel("tanh-approximated gelu")
+        row[S_ACT] = ACTS[UNARY[name]]
+        row[S_XSTRIDE : S_XSTRIDE + 4] = _broadcast_strides(x := view(args["self"]), out)
+        row[S_X] = x.address
+        return 0
+    a, b = args.get("self", args.get("input")), args.get("other")
+    if name == "rsub" and (args.get("alpha") or 1) != 1:
+        raise NoKernel("rsub with alpha")
+    if not isinstance(a, torch.fx.Node):
+        raise NoKernel("a scalar first operand")
+    x = view(a)
+    row[S_X], row[S_BINOP] = x.address, BINOPS[name]
+    row[S_XSTRIDE : S_XSTRIDE + 4] = _broadcast_strides(x, out)
+    row[S_ALPHA] = np.float64(args.get("alpha") or 1.0).view(np.int64)
+    if isinstance(b, torch.fx.Node):
+        y = view(b)
+        row[S_Y] = y.address
+        row[S_YSTRIDE : S_YSTRIDE + 4] = _broadcast_strides(y, out)
+    elif isinstance(b, (int, float)):
+        alpha = float(args.get("alpha") or 1.0)
+        row[S_SCALAR] = np.float64(float(b) * alpha).view(np.int64)
+    else:
+        raise NoKernel(f"second operand {b!r}")
+    return 0
+
+
+def batch_norm(t: LayerRow) -> int:
+    """Inference batch norm (one not folded into a convolution) as x * scale + shift per channel, the
+    two made here from the running statistics, the weight, the bias and eps."""
+    args, row = t.args, t.row
+    if args.get("training"):
+        raise NoKernel("training mode")
+    scale, shift = _affine_params(t)
+    x = t.view(args["input"])
+    row[S_OP], row[S_X], row[S_Y], row[S_BIAS] = K_AFFINE, x.address, scale, shift
+    row[S_ACT] = ACTS[args.get("act") or "none"]  # fuse_epilogue's batch_norm_act
+    row[S_XSTRIDE : S_XSTRIDE + 4] = _broadcast_strides(x, out_shape(t.node))
+    row[S_YSTRIDE : S_YSTRIDE + 4] = [0, 1, 0, 0]  # the channel dim
+    return 0
+
+
+def _affine_params(t: LayerRow) -> tuple[int, int]:
+    """The addresses of an inference batch norm's scale and shift per channel (float32, kept)."""
+    out = out_shape(t.node)
+    if not 2 <= len(out) <= 4:
+        raise NoKernel(f"a {len(out)}-D input")
+    stats = {}
+    for key in ("weight", "bias", "running_mean", "running_var"):
+        arg = t.args.get(key)
+        if isinstance(arg, torch.fx.Node) and not is_constant(arg):
+            raise NoKernel(f"{key} is not a constant")
+        stats[key] = None if arg is None else t.view(arg).array().astype(np.float64)
+    channels = out[1]
+    invstd = 1.0 / np.sqrt(stats["running_var"] + float(t.args["eps"]))
+    scale = invstd * (stats["weight"] if stats["weight"] is not None else 1.0)
+    shift = (stats["bias"] if stats["bias"] is not None else 0.0) - stats["running_mean"] * scale
+    scale, shift = (np.ascontiguousarray(np.broadcast_to(v, (channels,)), np.float32) for v in (scale, shift))
+    t.keep.extend((scale, shift))
+    return scale.ctypes.data, shift.ctypes.data
+
+
+def pad(t: LayerRow) -> int:
+    """Constant padding (``pad`` with mode "constant", ``constant_pad_nd``)."""
+    args, row = t.args, t.row
+    if (args.get("mode") or "constant") != "constant":
+        raise NoKernel(f"mode {args.get('mode')!r}")
+    x = t.view(args.get("self", args.get("input")))
+    out = out_shape(t.node)
+    if len(out) > 4:
+        raise NoKernel("more than 4 dims")
+    pads = [int(p) for p in args["pad"]]
+    before = [0] * len(out)
+    for k in range(len(pads) // 2):  # pairs from the last dim backwards
+        before[len(out) - 1 - k] = pads[2 * k]
+    row[S_OP], row[S_X] = K_PAD, x.address
+    row[S_XSHAPE : S_XSHAPE + 4] = pad4(list(x.shape), 1)
+    row[S_XSTRIDE : S_XSTRIDE + 4] = pad4(list(x.strides), 0)
+    row[S_KH : S_KH + 4] = pad4(before, 0)
+    row[S_SCALAR] = np.float64(float(args.get("value") or 0.0)).view(np.int64)
+    return 0
+
+
+def reduce_sum(t: LayerRow) -> int:
+    """sum over up to two dims (keepdim or not), float32 in and out."""
+    args, row = t.args, t.row
+    if args.get("dtype") is not None:
+        raise NoKernel("a dtype argument")
+    x = t.view(args["self"])
+    out = out_shape(t.node)
+    dims = sorted({d % len(x.shape) for d in (args.get("dim") or range(len(x.shape)))})
+    if len(dims) > 2 or len(out) > 4:
+        raise NoKernel(f"a sum over {len(dims)} dims into {len(out)}")
+    kept = [d for d in range(len(x.shape)) if d not in dims]
+    keepdim = len(out) == len(x.shape)
+    strides = [0] * len(out)  # x's strides over the output's dims (0 for a kept reduced dim)
+    for k, d in enumerate(kept):
+        strides[d if keepdim else k] = x.strides[d]
+    reduced = [(x.shape[d], x.strides[d]) for d in dims] + [(1, 0)] * (2 - len(dims))
+    row[S_OP], row[S_X] = K_SUM, x.address
+    row[S_XSTRIDE : S_XSTRIDE + 4] = pad4(strides, 0)
+    row[S_KH], row[S_KW], row[S_SH], row[S_SW] = reduced[0][0], reduced[1][0], reduced[0][1], reduced[1][1]
+    return 0
+
+
+def cat(t: LayerRow) -> int:
+    """Concatenation."""
+    _concatenate(t, stack=False)
+    return 0
+
+
+def stack(t: LayerRow) -> int:
+    """A concatenation along a new dim (each input viewed with a size-1 dim there)."""
+    _concatenate(t, stack=True)
+    return 0
+
+
+def cat_batch_norm(t: LayerRow) -> int:
+    """``fuse_epilogue``'s cat_batch_norm_act: each input's copy applies the batch norm and the activation."""
+    _concatenate(t, stack=False)
+    t.row[S_Y], t.row[S_BIAS] = _affine_params(t)
+    t.row[S_ACT] = ACTS[t.args["act"]]
+    return 0
+
+
+def _concatenate(t: LayerRow, stack: bool) -> None:
+    out = out_shape(t.node)
+    nd = len(out)
+    if nd > 4:
+        raise NoKernel("more than 4 dims")
+    dim = t.args["dim"] % nd
+    records, offset = [], 0
+    for tensor in t.args["tensors"]:
+        v = t.view(tensor)
+        shape, strides = list(v.shape), list(v.strides)
+        if stack:
+            shape.insert(dim, 1)
+            strides.insert(dim, 0)
+        size = shape[dim] if math.prod(shape) else 0
+        if size:
+            records.append([v.address, offset, size, *pad4(strides, 0)])
+        offset += size
+    aux = np.asarray(records, dtype=np.int64).reshape(-1, 7)
+    t.keep.append(aux)
+    t.row[S_OP], t.row[S_GROUPS], t.row[S_AUX], t.row[S_NAUX] = K_CAT, dim, aux.ctypes.data, len(aux)
