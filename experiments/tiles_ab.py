@@ -14,6 +14,10 @@ Run: ``python experiments/tiles_ab.py MODEL MODULE:ATTR EXPR [--threads 2] [--ro
 most positions per micro-tile of the transposed kernel). Then one strategy runs both ways, the int
 set to EXPR before each "patched" run and restored before each "current" one:
 ``python experiments/tiles_ab.py resnet50 c:pw_tj_max 12``.
+
+``ATTR`` may also be ``opt:NAME``, a keyword of ``TilesStrategy`` (one of ``optimize``'s tiles options):
+the second strategy is built with ``NAME=EXPR``, e.g.
+``python experiments/tiles_ab.py resnet50 opt:winograd_min_channels 10**9`` (Winograd against direct).
 """
 
 from __future__ import annotations
@@ -45,6 +49,11 @@ def main() -> None:
     if args.attribute.startswith("c:"):
         _native_ab(args, current, inputs)
         return
+    if args.attribute.startswith("opt:"):
+        option = {args.attribute.removeprefix("opt:"): eval(args.expression)}  # the experiment's own input
+        patched = TilesStrategy(captured, threads=args.threads, **option)
+        _time_ab(args, current, patched, inputs)
+        return
     module_name, attr = args.attribute.split(":")
     module = importlib.import_module(module_name)
     kept = getattr(module, attr)
@@ -53,6 +62,11 @@ def main() -> None:
         patched = TilesStrategy(captured, threads=args.threads)
     finally:
         setattr(module, attr, kept)
+    _time_ab(args, current, patched, inputs)
+
+
+def _time_ab(args: argparse.Namespace, current: TilesStrategy, patched: TilesStrategy, inputs: list) -> None:
+    """Alternating timed runs of the two strategies; prints the medians and their ratio."""
     times: dict[str, list[float]] = {"current": [], "patched": []}
     for strategy in (current, patched):
         for _ in range(3):
