@@ -26,6 +26,7 @@ from pathweave.frontend.graph import Captured
 from pathweave.lanes.executor import LanesExecutor
 from pathweave.lanes.plan import LanePlan
 from pathweave.lanes.strategy import HyperLanesStrategy, LanesStrategy
+from tests.test_sequential import ConstOut
 
 #: fused kernels reorder float sums: values within RTOL * |eager| + ATOL_SCALE * max |eager|
 RTOL, ATOL_SCALE = 1e-3, 1e-3
@@ -447,15 +448,6 @@ def test_inplace_op_in_fx_graph_is_refused(outputs_close) -> None:
     assert fast.strategy == "sequential"
     with torch.no_grad():
         outputs_close(fast(x), model(x), 1e-5, 1e-5)
-
-
-class ConstOut(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.w = nn.Parameter(torch.ones(3))
-
-    def forward(self, x: torch.Tensor):
-        return torch.relu(x), self.w * 2, x
 
 
 def test_lanes_executor_refuses_calls_after_close() -> None:

@@ -11,6 +11,7 @@ from pathweave.errors import UnsupportedError
 from pathweave.frontend.capture import capture
 from pathweave.lanes.plan import LanePlan
 from pathweave.lanes.standalone import write_module
+from tests.test_sequential import ConstOut
 
 
 class Fork(nn.Module):
@@ -103,15 +104,6 @@ def test_codegen_command_zoo_model(tmp_path, capsys, monkeypatch) -> None:
     with torch.no_grad():
         torch.testing.assert_close(gen.run(*x)[0], model(*x), rtol=1e-4, atol=1e-5)
     assert "pathweave" not in {m.split(".")[0] for m in sys.modules if m.startswith("gen_")}
-
-
-class ConstOut(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.w = nn.Parameter(torch.ones(3))
-
-    def forward(self, x: torch.Tensor):
-        return torch.relu(x), self.w * 2, x
 
 
 def test_codegen_writes_an_empty_lane_and_constant_outputs(tmp_path) -> None:
