@@ -24,9 +24,27 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+@cache
+def cpu_isa() -> str:
+    """The widest x86 vector level this CPU has: "avx512" (avx512f), "avx2" (avx2 and fma) or
+    "generic"; results from machines of different levels must be told apart."""
+    try:
+        flags = next(
+            (set(line.split(":", 1)[1].split()) for line in Path("/proc/cpuinfo").read_text().splitlines()
+             if line.startswith("flags")),
+            set(),
+        )  # fmt: skip
+    except OSError:
+        flags = set()
+    if "avx512f" in flags:
+        return "avx512"
+    return "avx2" if {"avx2", "fma"} <= flags else "generic"
+
+
 def describe(device: str = "cpu") -> dict:
     info = {
         "cpu": cpu_model(),
+        "isa": cpu_isa(),
         "cores": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "python": platform.python_version(),

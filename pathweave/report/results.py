@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from pathweave.report.tables import isa_label
+
 
 def _best_peer(cands: list[dict[str, Any]]) -> dict[str, Any] | None:
     peers = [c for c in cands if c["kind"] == "peer" and c["status"] == "ok" and c["median_ms"]]
@@ -35,7 +37,8 @@ def markdown_table(paths: list[Path]) -> str:
     first = reports[0] if reports else None
     if first:
         m = first["machine"]
-        lines.append(f"\nMachine: {m.get('gpu') or m['cpu']}, {m['cores']} cores, torch {m['torch']}, "
+        lines.append(f"\nMachine: {m.get('gpu') or m['cpu']}{isa_label(m)}, {m['cores']} cores, "
+                     f"torch {m['torch']}, "
                      f"onnxruntime {m.get('onnxruntime', '-')}, openvino {m.get('openvino', '-')}; "
                      f"medians of {first['settings']['rounds']} interleaved rounds, ms.")  # fmt: skip
     return "\n".join(lines)

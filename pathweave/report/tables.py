@@ -49,7 +49,7 @@ def format_bench(d: dict[str, Any]) -> str:
     m, s = d["machine"], d["settings"]
     head = (
         f"{d['model']}  batch {s['batch']}  {s['device']}  {s['threads']} threads  {s['rounds']} rounds  "
-        f"{s['date']}\n{m.get('gpu') or m['cpu']}, {m['cores']} cores, torch {m['torch']}, "
+        f"{s['date']}\n{m.get('gpu') or m['cpu']}{isa_label(m)}, {m['cores']} cores, torch {m['torch']}, "
         f"onnxruntime {m.get('onnxruntime', '-')}, openvino {m.get('openvino', '-')}, "
         f"load {s['loadavg_before']} -> {s['loadavg_after']}"
     )
@@ -68,3 +68,8 @@ def format_bench(d: dict[str, Any]) -> str:
         rows,
     )
     return head + "\n" + body
+
+
+def isa_label(machine: dict) -> str:
+    """`` (avx512)`` for a machine dict that records its CPU's vector level (older results do not)."""
+    return f" ({machine['isa']})" if machine.get("isa") else ""
