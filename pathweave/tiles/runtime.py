@@ -58,8 +58,25 @@ def _library() -> ctypes.CDLL:
         i64p = np.ctypeslib.ndpointer(np.int64, flags="C_CONTIGUOUS")
         lib.pw_set_program.argtypes = [ctypes.c_void_p, i64p, _I32P, _I32P, _I32P, ctypes.c_int64,
                                        ctypes.c_void_p]  # fmt: skip
+        _force_isa(lib, os.environ.get(ISA_ENV, "").strip())
         _LIB = lib
     return _LIB
+
+
+#: forces the native kernels' instruction set for the whole process (measuring AVX2 on an AVX-512 CPU,
+#: testing the generic code): avx512, avx2 or generic; unset: the widest the CPU runs
+ISA_ENV = "PATHWEAVE_ISA"
+
+
+def _force_isa(lib: ctypes.CDLL, isa: str) -> None:
+    if not isa:
+        return
+    if isa not in GEMM_ISAS:
+        raise InputError(
+            f"{ISA_ENV}={isa!r} is not an instruction set level; use one of {', '.join(GEMM_ISAS)}"
+        )
+    if lib.pw_gemm_force(isa.encode()):
+        raise UnsupportedError(f"{ISA_ENV}={isa}: this CPU cannot run the {isa} kernels")
 
 
 _SGEMM: int | None = None

@@ -237,3 +237,30 @@ def test_a_head_of_few_rows_on_the_row_broadcast_kernel(outputs_close, batch: in
             outputs_close(strat(x), model(x), rtol=1e-4, atol_scale=1e-5)
     finally:
         strat.close()
+
+
+_FORCED = (
+    "import torch, pathweave; from pathweave.tiles import runtime as t; torch.manual_seed(0); "
+    "m = torch.nn.Sequential(torch.nn.Conv2d(3, 32, 3, padding=1), torch.nn.ReLU(), "
+    "torch.nn.Conv2d(32, 32, 3, padding=1)).eval(); x = torch.randn(1, 3, 17, 17); "
+    "fast = pathweave.optimize(m, x, strategy='tiles'); "
+    "print(t.gemm_isa(), float((fast(x) - m(x)).abs().max()))"
+)
+
+
+@pytest.mark.parametrize("isa", tile_runtime.GEMM_ISAS)
+def test_the_environment_forces_the_instruction_set_of_every_runtime(isa: str) -> None:
+    env = {**os.environ, tile_runtime.ISA_ENV: isa}
+    done = subprocess.run([sys.executable, "-c", _FORCED], env=env, capture_output=True, text=True)
+    if done.returncode and "cannot run the" in done.stderr:
+        pytest.skip(f"this CPU has no {isa}")
+    assert done.returncode == 0, done.stderr[-2000:]
+    got, diff = done.stdout.split()
+    assert got == isa and float(diff) < 1e-3
+
+
+def test_an_unknown_forced_level_is_named() -> None:
+    env = {**os.environ, tile_runtime.ISA_ENV: "avx9"}
+    code = "from pathweave.tiles import runtime as t; t.gemm_isa()"
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert done.returncode != 0 and "PATHWEAVE_ISA='avx9' is not an instruction set level" in done.stderr
