@@ -18,14 +18,17 @@ setup(
                 "pathweave/tiles/native/tile_pool_s2.c",
                 "pathweave/tiles/native/tile_winograd.c",
                 "pathweave/tiles/native/tile_kernels_seq.c",
+                "pathweave/tiles/native/tile_act.c",
             ],
             depends=[
                 "pathweave/tiles/native/tile_kernels.h",
                 "pathweave/tiles/native/tile_gemm.h",
                 "pathweave/tiles/native/tile_kernels_seq.h",
                 "pathweave/tiles/native/tile_simd.h",
+                "pathweave/tiles/native/tile_math.h",
             ],
-            extra_compile_args=["-O3", "-std=c11", "-pthread", "-Wall"],
+            # no errno from libm (nothing reads it): sqrtf becomes one vector instruction
+            extra_compile_args=["-O3", "-std=c11", "-pthread", "-Wall", "-fno-math-errno"],
             extra_link_args=["-pthread", "-lm"],
         )
     ]

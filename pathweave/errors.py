@@ -40,9 +40,10 @@ class CaptureError(PathweaveError):
 class UnsupportedError(PathweaveError):
     """The graph holds ops that the chosen strategy or converter does not support."""
 
-    def __init__(self, message: str, ops: list[str] | None = None) -> None:
+    def __init__(self, message: str, ops: list[str] | None = None, nodes: list[str] | None = None) -> None:
         super().__init__(message)
         self.ops = list(ops or [])
+        self.nodes = list(nodes or [])  # the refused nodes by name, where the refusal knows them
 
 
 class PlanError(PathweaveError):

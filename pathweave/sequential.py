@@ -58,7 +58,7 @@ class SequentialExecutor(Strategy):
         self.guard = CallGuard(f"{captured.name} ({self.strategy})", exclusive=False)
         if pipeline is None:
             pipeline = FAST_CPU if self.device.type == "cpu" else ()
-        with _threads(self.threads):
+        with intra_op_threads(self.threads):
             self.gm = self._build(pipeline if fast else ())
         self._aliased = aliased_outputs(self.gm)
 
@@ -85,7 +85,7 @@ class SequentialExecutor(Strategy):
         return ", ".join(f"{p.name}:{p.rewrites}" for p in self.passes) or "no rewrites"
 
     def run_flat(self, flat: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
-        with self.guard.call(), torch.no_grad(), _threads(self.threads):
+        with self.guard.call(), torch.no_grad(), intra_op_threads(self.threads):
             try:
                 return copy_aliased(self.gm(*flat), self._aliased)
             except Exception as exc:
@@ -93,7 +93,7 @@ class SequentialExecutor(Strategy):
 
 
 @contextlib.contextmanager
-def _threads(n: int) -> Iterator[None]:
+def intra_op_threads(n: int) -> Iterator[None]:
     """Run with ``n`` intra-op threads and restore the caller's count (a no-op when they agree)."""
     saved = torch.get_num_threads()
     if saved != n:

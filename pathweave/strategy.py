@@ -169,7 +169,7 @@ STRATEGIES: dict[str, Entry] = {e.name: e for e in (
           summary="element-wise and pooling chains run depth first by generated kernels (BrainSlug)"),
     Entry("streams", "pathweave.streams.strategy:StreamsStrategy", frozenset({"cuda"}),
           summary="Opara: CUDA streams in a resource-aware order, captured into one CUDA Graph"),
-    Entry("tiles", "pathweave.tiles.strategy:TilesStrategy", frozenset({"cpu"}), takes=("threads",),
+    Entry("tiles", "pathweave.tiles.mixed:build_tiles", frozenset({"cpu"}), takes=("threads",),
           summary="ASPEN: tiles on native engines with no barrier between layers"),
 )}  # fmt: skip
 

@@ -27,7 +27,7 @@ from pathweave.analysis.ops import shared_mutation
 from pathweave.errors import ExecutionError, PlanError, UnsupportedError
 from pathweave.lanes.codegen import LaneSource, lane_source
 from pathweave.lanes.plan import LanePlan
-from pathweave.sequential import _threads, aliased_outputs, copy_aliased
+from pathweave.sequential import aliased_outputs, copy_aliased, intra_op_threads
 
 
 class _Poison:
@@ -147,7 +147,7 @@ class LanesExecutor:
             for q in self.queues:  # leftovers of a failed call
                 while not q.empty():
                     q.get()
-            with _threads(self.threads_per_lane):
+            with intra_op_threads(self.threads_per_lane):
                 return copy_aliased(self._run_locked(flat), self._aliased)
 
     def _run_locked(self, flat: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:

@@ -23,7 +23,7 @@ from pathweave.lanes.mapping import plan_lanes
 from pathweave.lanes.plan import LanePlan
 from pathweave.passes import prune
 from pathweave.passes.pipeline import run_pipeline
-from pathweave.sequential import _threads
+from pathweave.sequential import intra_op_threads
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ class PlanVariant:
 
 def plan_variants(captured: Captured, lanes: int) -> list[PlanVariant]:
     """LC, LC + pruning, LC + pruning + cloning on ``lanes`` lanes (times measured on 1 thread)."""
-    with _threads(1):
+    with intra_op_threads(1):
         plain = _variant("LC", captured.gm, captured, lanes)
         pruned_gm = copy.deepcopy(captured.gm)
         run_pipeline(pruned_gm, (prune,))
@@ -61,7 +61,7 @@ def plan_variants(captured: Captured, lanes: int) -> list[PlanVariant]:
 
 def lc_plan(captured: Captured, lanes: int) -> LanePlan:
     """Ramiel's plan for the captured graph as it is, on measured 1-thread op times (verified)."""
-    with _threads(1):
+    with intra_op_threads(1):
         return _variant("LC", captured.gm, captured, lanes).plan
 
 

@@ -22,7 +22,7 @@ from pathweave.lanes.plan import LanePlan
 from pathweave.lanes.replicate import Split
 from pathweave.meta import REPLICA
 from pathweave.passes.pipeline import FAST_CPU
-from pathweave.sequential import SequentialExecutor, _compare, _threads
+from pathweave.sequential import SequentialExecutor, _compare, intra_op_threads
 from pathweave.stacks.strategy import StacksStrategy
 from pathweave.strategy import CallGuard, Strategy
 
@@ -56,7 +56,7 @@ class LanesStrategy(Strategy):
         self.sequential = sequential_path(captured, self.threads_per_lane, pipeline, stacks)
         self.passes = self.sequential.passes
         gm = self.sequential.gm
-        with _threads(self.threads_per_lane):
+        with intra_op_threads(self.threads_per_lane):
             times = measure_node_times(dataclasses.replace(captured, gm=gm))
         self.plan, self.cloned = _plan(gm, times, self.lanes, clone)
         self.executor = LanesExecutor(gm, self.plan, self.threads_per_lane)
@@ -101,7 +101,7 @@ class HyperLanesStrategy(LanesStrategy):
         self.captured, self.split, self.cloned = captured, split, 0
         self.sequential = sequential_path(sub, self.threads_per_lane, stacks=stacks)
         self.passes = self.sequential.passes
-        with _threads(self.threads_per_lane):
+        with intra_op_threads(self.threads_per_lane):
             sub_times = measure_node_times(dataclasses.replace(sub, gm=self.sequential.gm))
             gm = replicate.apply(self.sequential.gm, captured.gm, split)
             _check_replicated(gm, captured)

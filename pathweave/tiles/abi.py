@@ -27,16 +27,22 @@ K_CONV, K_MAXPOOL, K_AVGPOOL, K_ADAPTIVE, K_LINEAR, K_EWISE, K_CAT, K_AFFINE, K_
 K_EMBEDDING, K_LAYERNORM, K_SOFTMAX, K_MAP, K_MATMUL, K_WHERE, K_CONVERT, K_COPY = range(32, 40)
 #: how a convolution uses its packed weights (slot S_WPACK_T)
 PACK_PANELS, PACK_TRANSPOSED, PACK_PADDED, PACK_WINOGRAD = range(4)
-#: epilogue activations (slot S_ACT); ACT_GELU_TANH is tile_kernels_seq.h's
+#: epilogue activations (slot S_ACT); ACT_GELU_TANH is tile_kernels_seq.h's; from ACT_SILU on tile_act.c's
 ACT_NONE, ACT_RELU, ACT_GELU, ACT_TANH, ACT_GELU_TANH, ACT_SIGMOID = range(6)
+ACT_SILU, ACT_HARDSWISH, ACT_HARDSIGMOID, ACT_RELU6 = range(6, 10)
+#: activations with parameters (slots S_ACT_P..): the element-wise kernel's only
+ACT_CLAMP, ACT_LEAKY_RELU, ACT_ELU, ACT_POW = range(10, 14)
+#: maths of one argument (the element-wise kernel's)
+ACT_NEG, ACT_ABS, ACT_EXP, ACT_LOG, ACT_SQRT, ACT_RSQRT, ACT_RECIPROCAL = range(14, 21)
+ACT_SQUARE, ACT_ERF, ACT_SIN, ACT_COS, ACT_SIGN = range(21, 26)
 #: element-wise binary ops (slot S_BINOP)
-BIN_NONE, BIN_ADD, BIN_SUB, BIN_MUL, BIN_DIV, BIN_RSUB = range(6)
+BIN_NONE, BIN_ADD, BIN_SUB, BIN_MUL, BIN_DIV, BIN_RSUB, BIN_MAX, BIN_MIN = range(8)
 #: slots
 S_OP, S_ACT, S_OUT, S_X, S_Y, S_W, S_BIAS, S_SCALAR = range(8)
 S_OSHAPE, S_XSTRIDE, S_XSHAPE, S_YSTRIDE, S_BINOP, S_ALPHA = 8, 12, 16, 20, 24, 25
 S_KH, S_KW, S_SH, S_SW, S_PH, S_PW, S_DH, S_DW, S_GROUPS = range(28, 37)
 S_POINTWISE, S_COUNT_PAD, S_DIVISOR, S_AUX, S_NAUX = 37, 38, 39, 40, 41
-S_WPACK, S_WPACK_T, S_PROFILE = 42, 43, 47
+S_WPACK, S_WPACK_T, S_ACT_P, S_PROFILE = 42, 43, 44, 47
 
 # ---- tile_kernels_seq.h: the transformer kernels' slots and codes ------------------------------------------
 SQ_Z, SQ_YSCALAR = S_W, S_ALPHA
@@ -49,8 +55,42 @@ GEMM_ROWS, GEMM_TRANS, GEMM_PACK = range(3)
 # ---- the same codes by the names the graph uses ------------------------------------------------------------
 #: a convolution's layout (``conv_layout``) -> its packing
 PACKS = {None: PACK_PANELS, "narrow": PACK_TRANSPOSED, "padded": PACK_PADDED, "winograd": PACK_WINOGRAD}
-ACTS = {"none": ACT_NONE, "relu": ACT_RELU, "gelu": ACT_GELU, "tanh": ACT_TANH, "sigmoid": ACT_SIGMOID}
+#: the activations every kernel with an epilogue applies (conv, linear, batch norm, cat, element-wise)
+ACTS = {
+    "none": ACT_NONE,
+    "relu": ACT_RELU,
+    "gelu": ACT_GELU,
+    "tanh": ACT_TANH,
+    "sigmoid": ACT_SIGMOID,
+    "silu": ACT_SILU,
+    "hardswish": ACT_HARDSWISH,
+    "hardsigmoid": ACT_HARDSIGMOID,
+    "relu6": ACT_RELU6,
+}
+#: the element-wise kernel's maths of one argument by ATen op name
+MATHS = {
+    "neg": ACT_NEG,
+    "abs": ACT_ABS,
+    "exp": ACT_EXP,
+    "log": ACT_LOG,
+    "sqrt": ACT_SQRT,
+    "rsqrt": ACT_RSQRT,
+    "reciprocal": ACT_RECIPROCAL,
+    "square": ACT_SQUARE,
+    "erf": ACT_ERF,
+    "sin": ACT_SIN,
+    "cos": ACT_COS,
+    "sign": ACT_SIGN,
+}
 #: the transformer kernels' activations: the shared ones and GPT-2's tanh form of GELU
 SEQ_ACTS = {**ACTS, "gelu_tanh": ACT_GELU_TANH}
-BINOPS = {"add": BIN_ADD, "sub": BIN_SUB, "mul": BIN_MUL, "div": BIN_DIV, "rsub": BIN_RSUB}
+BINOPS = {
+    "add": BIN_ADD,
+    "sub": BIN_SUB,
+    "mul": BIN_MUL,
+    "div": BIN_DIV,
+    "rsub": BIN_RSUB,
+    "maximum": BIN_MAX,
+    "minimum": BIN_MIN,
+}
 DTYPES = {np.float32: DT_F32, np.int64: DT_I64, np.int32: DT_I32, np.bool_: DT_U8}

@@ -7,12 +7,24 @@ inference batch norm, constant padding, sum and concatenation. Each fills one la
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch.fx
 
 from pathweave.analysis.ops import op_name
 from pathweave.tiles.abi import (
+    ACT_CLAMP,
+    ACT_ELU,
+    ACT_LEAKY_RELU,
+    ACT_NONE,
+    ACT_POW,
+    ACT_RECIPROCAL,
+    ACT_RELU6,
+    ACT_RSQRT,
+    ACT_SQRT,
+    ACT_SQUARE,
     ACTS,
     BINOPS,
     K_ADAPTIVE,
@@ -26,10 +38,12 @@ from pathweave.tiles.abi import (
     K_PAD,
     K_SUM,
     KOFF_PAD,
+    MATHS,
     PACKS,
     PANEL_ROWS,
     PANEL_ROWS_T,
     S_ACT,
+    S_ACT_P,
     S_ALPHA,
     S_AUX,
     S_BIAS,
@@ -71,8 +85,16 @@ from pathweave.tiles.rows import (
 )
 from pathweave.tiles.runtime import gemm_isa, winograd_scratch
 
-#: the element-wise kernel's activations by op name
-UNARY = {"relu": "relu", "gelu": "gelu", "tanh": "tanh", "sigmoid": "sigmoid"}
+#: the element-wise kernel's activations by op name (those without parameters, which epilogues apply too)
+UNARY = {
+    "relu": "relu",
+    "gelu": "gelu",
+    "tanh": "tanh",
+    "sigmoid": "sigmoid",
+    "silu": "silu",
+    "hardswish": "hardswish",
+    "hardsigmoid": "hardsigmoid",
+}
 #: Winograd F(2x2, 3x3)'s weight transform G (U = G g G^T, native/tile_winograd.c)
 WINOGRAD_G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
 
@@ -240,17 +262,22 @@ def _broadcast_strides(v: View, out: tuple[int, ...]) -> list[int]:
 
 
 def ewise(t: LayerRow) -> int:
-    """A unary activation (``UNARY``) or a binary op (``BINOPS``) of a tensor and a tensor or a number."""
+    """A unary activation or map (``UNARY``, ``MATHS``, ``PARAMETRIC``) or a binary op (``BINOPS``) of a
+    tensor and a tensor or a number."""
     name, args, row, view = op_name(t.node), t.args, t.row, t.view
     out = out_shape(t.node)
     if len(out) > 4:
         raise NoKernel("more than 4 dims")
     row[S_OP] = K_EWISE
-    if name in UNARY:
+    if name in UNARY or name in MATHS or name in PARAMETRIC:
         if name == "gelu" and args.get("approximate", "none") != "none":
             raise NoKernel("tanh-approximated gelu")
-        row[S_ACT] = ACTS[UNARY[name]]
-        row[S_XSTRIDE : S_XSTRIDE + 4] = _broadcast_strides(x := view(args["self"]), out)
+        code, params = _unary(name, args)
+        row[S_ACT] = code
+        row[S_ACT_P : S_ACT_P + 3] = [np.float64(p).view(np.int64) for p in (*params, 0.0, 0.0, 0.0)[:3]]
+        if not isinstance(x_node := args["self"], torch.fx.Node):
+            raise NoKernel("a scalar operand")
+        row[S_XSTRIDE : S_XSTRIDE + 4] = _broadcast_strides(x := view(x_node), out)
         row[S_X] = x.address
         return 0
     a, b = args.get("self", args.get("input")), args.get("other")
@@ -272,6 +299,58 @@ def ewise(t: LayerRow) -> int:
     else:
         raise NoKernel(f"second operand {b!r}")
     return 0
+
+
+def _unary(name: str, args: dict[str, Any]) -> tuple[int, tuple[float, ...]]:
+    """The activation code of a unary op and its parameters."""
+    if name in UNARY:
+        return ACTS[UNARY[name]], ()
+    if name in MATHS:
+        return MATHS[name], ()
+    return PARAMETRIC[name](args)
+
+
+def _number(value: Any, what: str, default: float) -> float:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise NoKernel(f"{what} {value!r} is not a number")
+    if math.isnan(value):
+        raise NoKernel(f"{what} is NaN")
+    return float(value)
+
+
+def _clamp(lo: Any, hi: Any) -> tuple[int, tuple[float, ...]]:
+    lo, hi = _number(lo, "min", -math.inf), _number(hi, "max", math.inf)
+    if (lo, hi) == (0.0, 6.0):
+        return ACT_RELU6, ()
+    return ACT_CLAMP, (lo, hi)
+
+
+def _pow(args: dict[str, Any]) -> tuple[int, tuple[float, ...]]:
+    """pow of a tensor by a number; torch's special exponents take their own kernels, as eager's."""
+    p = _number(args.get("exponent"), "exponent", math.nan)
+    special = {2.0: ACT_SQUARE, 0.5: ACT_SQRT, -0.5: ACT_RSQRT, -1.0: ACT_RECIPROCAL, 1.0: ACT_NONE}
+    return (special[p], ()) if p in special else (ACT_POW, (p,))
+
+
+def _elu(args: dict[str, Any]) -> tuple[int, tuple[float, ...]]:
+    names = ("alpha", "scale", "input_scale")
+    return ACT_ELU, tuple(_number(args.get(k), k, 1.0) for k in names)
+
+
+#: the element-wise kernel's activations with parameters: op name -> its code and parameters from its args
+PARAMETRIC: dict[str, Callable[[dict[str, Any]], tuple[int, tuple[float, ...]]]] = {
+    "hardtanh": lambda a: _clamp(
+        _number(a.get("min_val"), "min_val", -1.0), _number(a.get("max_val"), "max_val", 1.0)
+    ),
+    "clamp": lambda a: _clamp(a.get("min"), a.get("max")),
+    "clamp_min": lambda a: _clamp(a.get("min"), None),
+    "clamp_max": lambda a: _clamp(None, a.get("max")),
+    "leaky_relu": lambda a: (ACT_LEAKY_RELU, (_number(a.get("negative_slope"), "negative_slope", 0.01),)),
+    "elu": _elu,
+    "pow": _pow,
+}
 
 
 def batch_norm(t: LayerRow) -> int:

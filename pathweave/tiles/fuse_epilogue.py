@@ -5,6 +5,7 @@ first by ``fold_bn``):
   (a ResNet block's last convolution takes its shortcut ``r`` as a residual);
 - ``relu|gelu|tanh(linear(x))`` -> ``pathweave::linear_act``; GELU in both forms, GPT-2's tanh form as
   act ``gelu_tanh`` (linear only: the matmul kernel of ``tile_kernels_seq.c`` computes it);
+- the same with silu, hardswish, hardsigmoid and ReLU6 (``hardtanh(0, 6)``, act ``relu6``) for relu;
 - ``relu|gelu|tanh(batch_norm(x))`` in inference form (one not folded into a convolution: DenseNet's
   after each concatenation) -> ``pathweave::batch_norm_act``, one pass over the tensor instead of two;
   with ``x = cat(...)`` read by the batch norm alone -> ``pathweave::cat_batch_norm_act`` (the copy of
@@ -36,20 +37,31 @@ from pathweave.passes.util import (
     sole_user,
 )
 
-ACTS = ("none", "relu", "gelu", "tanh", "gelu_tanh")
-_ACT_OPS = {aten.relu.default: "relu", aten.gelu.default: "gelu", aten.tanh.default: "tanh"}
+ACTS = ("none", "relu", "gelu", "tanh", "gelu_tanh", "silu", "hardswish", "hardsigmoid", "relu6")
+_ACT_OPS = {
+    aten.relu.default: "relu",
+    aten.gelu.default: "gelu",
+    aten.tanh.default: "tanh",
+    aten.silu.default: "silu",
+    aten.hardswish.default: "hardswish",
+    aten.hardsigmoid.default: "hardsigmoid",
+    aten.hardtanh.default: "relu6",  # hardtanh(0, 6) only (``_act``)
+}
+#: each activation as eager computes it (the fused ops' PyTorch form)
+_EAGER = {
+    "relu": torch.relu,
+    "gelu": F.gelu,
+    "gelu_tanh": lambda y: F.gelu(y, approximate="tanh"),
+    "tanh": torch.tanh,
+    "silu": F.silu,
+    "hardswish": F.hardswish,
+    "hardsigmoid": F.hardsigmoid,
+    "relu6": lambda y: F.hardtanh(y, 0.0, 6.0),
+}
 
 
 def _activate(y: torch.Tensor, act: str) -> torch.Tensor:
-    if act == "relu":
-        return torch.relu(y)
-    if act == "gelu":
-        return F.gelu(y)
-    if act == "gelu_tanh":
-        return F.gelu(y, approximate="tanh")
-    if act == "tanh":
-        return torch.tanh(y)
-    return y
+    return _EAGER[act](y) if act in _EAGER else y
 
 
 def _conv2d_act(
@@ -126,6 +138,9 @@ def _act(node: torch.fx.Node | None, gelu_tanh: bool = False) -> str | None:
         return None
     if node.target == aten.gelu.default and node.kwargs.get("approximate", "none") != "none":
         return "gelu_tanh" if gelu_tanh and node.kwargs["approximate"] == "tanh" else None
+    bounds = (*node.args[1:], *node.kwargs.values())
+    if node.target == aten.hardtanh.default and bounds != (0.0, 6.0):
+        return None  # a hardtanh other than ReLU6 keeps the element-wise kernel (its bounds)
     return _ACT_OPS[node.target]
 
 

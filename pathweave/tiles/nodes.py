@@ -2,7 +2,8 @@
 consumers' maps (and which reshapes must copy instead), which take no part.
 
 ``plan_nodes(gm)`` classifies a whole graph and lists every node it cannot map at once, in one
-``UnsupportedError``. Nodes that produce no tensor (``_assert_tensor_metadata``) are left out.
+``UnsupportedError``; ``map_nodes(gm)`` reports the same per node (the tile islands ask it). Nodes that
+produce no tensor (``_assert_tensor_metadata``) are left out.
 """
 
 from __future__ import annotations
@@ -34,6 +35,23 @@ from pathweave.tiles.ops import TILE_OPS
 def plan_nodes(gm: torch.fx.GraphModule) -> dict[torch.fx.Node, NodeMaps]:
     """Every layer and view of the graph with its sources, in graph order. Raises one UnsupportedError
     naming every node that cannot be mapped."""
+    plans, failed = map_nodes(gm)
+    if failed:
+        lines = "\n".join(f"  {n.format_node()}\n    -> {why}" for n, why in failed.items())
+        raise UnsupportedError(
+            f"{len(failed)} node(s) have no tile range map; the tile graph covers the ATen ops that "
+            f"pathweave.tiles.ops lists:\n{lines}",
+            ops=sorted({op_name(n) for n in failed}),
+            nodes=[n.name for n in failed],
+        )
+    return plans
+
+
+def map_nodes(
+    gm: torch.fx.GraphModule,
+) -> tuple[dict[torch.fx.Node, NodeMaps], dict[torch.fx.Node, str]]:
+    """``plan_nodes`` per node: the plans of the nodes that map, and why each other node does not (the
+    getitems of a node that does not map are left out of both)."""
     plans: dict[torch.fx.Node, NodeMaps] = {}
     layers: set[torch.fx.Node] = set()
     failed: dict[torch.fx.Node, str] = {}
@@ -49,14 +67,7 @@ def plan_nodes(gm: torch.fx.GraphModule) -> dict[torch.fx.Node, NodeMaps]:
             plans[node] = plan
             if plan.role == "layer":
                 layers.add(node)
-    if failed:
-        lines = "\n".join(f"  {n.format_node()}\n    -> {why}" for n, why in failed.items())
-        raise UnsupportedError(
-            f"{len(failed)} node(s) have no tile range map; the tile graph covers the ATen ops that "
-            f"pathweave.tiles.ops lists:\n{lines}",
-            ops=sorted({op_name(n) for n in failed}),
-        )
-    return plans
+    return plans, failed
 
 
 def _plan(node: torch.fx.Node, layers: set[torch.fx.Node]) -> NodeMaps | None:

@@ -68,15 +68,14 @@ def _rows(names: Iterable[str], kind: str | None = None, **fields: Any) -> dict[
 
 TILE_OPS: dict[str, TileOp] = {
     # element-wise and conversions: tiles aligned with a same-shaped producer's
-    **_rows(("add", "sub", "mul", "div", "rsub", "relu", "tanh", "sigmoid"), maps=maps.elementwise,
-            bind=bind_cnn.ewise, aligned=True),
+    **_rows(("add", "sub", "mul", "div", "rsub", "maximum", "minimum", "relu", "tanh", "sigmoid", "silu",
+             "hardswish", "hardsigmoid", "hardtanh", "leaky_relu", "elu", "clamp", "clamp_min", "clamp_max",
+             "neg", "abs", "exp", "log", "sqrt", "rsqrt", "reciprocal", "square", "pow", "erf", "sin", "cos",
+             "sign"), maps=maps.elementwise, bind=bind_cnn.ewise, aligned=True),
     **_rows(("gelu",), maps=maps.elementwise, bind=bind_transformer.gelu, aligned=True),
     **_rows(("where", "masked_fill"), maps=maps.elementwise, bind=bind_transformer.where, aligned=True),
-    **_rows(("abs", "addcdiv", "addcmul", "bitwise_not", "clamp", "clamp_max", "clamp_min", "cos", "elu",
-             "eq", "erf", "exp", "ge", "gt", "hardsigmoid", "hardswish", "hardtanh", "le", "leaky_relu",
-             "lerp", "log", "logical_and", "logical_not", "logical_or", "lt", "maximum", "minimum", "ne",
-             "neg", "pow", "reciprocal", "rsqrt", "sign", "silu", "sin", "sqrt", "square"),
-            maps=maps.elementwise, bind=None, aligned=True),
+    **_rows(("addcdiv", "addcmul", "bitwise_not", "eq", "ge", "gt", "le", "lerp", "logical_and",
+             "logical_not", "logical_or", "lt", "ne"), maps=maps.elementwise, bind=None, aligned=True),
     **_rows(CONVERSIONS, maps=maps.conversion, bind=bind_transformer.convert, aligned=True),
     **_rows(CREATION, maps=maps.creation, bind=None),
     # normalisations and reductions
@@ -127,16 +126,22 @@ def no_kernel_error(failed: dict[str, str]) -> UnsupportedError:
     return UnsupportedError(
         f"{len(failed)} layer(s) have no native tile kernel:\n{lines}",
         ops=sorted({why.split(":")[0] for why in failed.values()}),
+        nodes=list(failed),
     )
+
+
+def graph_only(plans: dict[torch.fx.Node, NodeMaps]) -> dict[torch.fx.Node, str]:
+    """Every layer of ``plans`` whose op has a range map but no kernel binder, with "op: why"."""
+    return {
+        node: f"{op_name(node)}: {GRAPH_ONLY}"
+        for node, plan in plans.items()
+        if plan.role == "layer" and TILE_OPS[op_name(node)].bind is None
+    }
 
 
 def require_kernels(plans: dict[torch.fx.Node, NodeMaps]) -> None:
     """Raise one UnsupportedError naming every layer whose op has a range map but no kernel binder (graph
     only), before any tile graph or program is built from ``plans`` (``plan_nodes``)."""
-    failed = {
-        node.name: f"{op_name(node)}: {GRAPH_ONLY}"
-        for node, plan in plans.items()
-        if plan.role == "layer" and TILE_OPS[op_name(node)].bind is None
-    }
+    failed = graph_only(plans)
     if failed:
-        raise no_kernel_error(failed)
+        raise no_kernel_error({node.name: why for node, why in failed.items()})

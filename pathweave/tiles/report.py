@@ -185,7 +185,8 @@ def format_tiles(d: dict[str, Any]) -> str:
     g, m = d["graph"], d["machine"]
     head = (
         f"{d['model']}  batch {d['batch']}: {g['layers']} layers, {g['tiles']} tiles, {g['edges']} edges, "
-        f"longest chain {g['depth']} tiles\n{m['cpu']} ({m.get('isa', '?')}), {m['cores']} cores, {d['rounds']} rounds, "
+        f"longest chain {g['depth']} tiles\n{m['cpu']} ({m.get('isa', '?')}), {m['cores']} cores, "
+        f"{d['rounds']} rounds, "
         f"load {d['loadavg_before']} -> {d['loadavg_after']}, {d['date']}"
     )
     shape = lambda r: "x".join(map(str, r["shape"]))  # noqa: E731

@@ -25,12 +25,15 @@ from pathweave.tiles import fuse_matmul as tile_fuse_matmul
 from pathweave.tiles.abi import OP_LAYER
 from pathweave.tiles.build import WORK_PER_TILE, TilesPerLayer, build_tile_graph
 from pathweave.tiles.conv_layout import WINOGRAD_MIN_CHANNELS
+from pathweave.tiles.islands import Coverage
 from pathweave.tiles.memory import DISTANCE, plan_buffers
 from pathweave.tiles.nodes import plan_nodes
 from pathweave.tiles.ops import require_kernels
 from pathweave.tiles.program import TileProgram, build_program, output_layers
 from pathweave.tiles.runtime import TileRuntime
 
+#: the rewrites before a graph is cut into tiles (also those of the tile islands, ``tiles.mixed``)
+PASSES = (fold_sizes, prune, fold_bn, tile_fuse, tile_fuse_matmul)
 #: the tile kernels against PyTorch on the same rewritten graph: float sums in another order
 CHECK_RTOL, CHECK_ATOL = 1e-3, 1e-4
 
@@ -83,7 +86,7 @@ class TilesStrategy(Strategy):
     ) -> None:
         """The rewritten graph, its tile graph, the buffer plan and the program over them."""
         gm = copy.deepcopy(self.captured.gm)
-        self.passes = run_pipeline(gm, (fold_sizes, prune, fold_bn, tile_fuse, tile_fuse_matmul))
+        self.passes = run_pipeline(gm, PASSES)
         self.gm = gm
         self.plans = plan_nodes(gm)  # read by the tile graph and by every program built over it
         require_kernels(self.plans)  # a layer that has a range map but no kernel: refused before building
@@ -153,6 +156,11 @@ class TilesStrategy(Strategy):
         with self.guard.call():
             self.runtime.set_workers(n)
             self.threads = n
+
+    @property
+    def coverage(self) -> Coverage:
+        """The whole model in one tile program (the islands' strategy, ``tiles.mixed``, reports less)."""
+        return Coverage(share=1.0, islands=1)
 
     def summary(self) -> str:
         g = self.graph

@@ -399,7 +399,7 @@ def test_optimize_auto_keeps_the_faster(rig: TowersRig, outputs_close) -> None:
     best = optimize(rig.model, *inputs, strategy="auto")
     try:
         times = best.auto_times_ms
-        assert set(times) == {"sequential", "lanes"}
+        assert {"sequential", "lanes"} <= set(times)  # and tiles, which run any model (in islands)
         assert all(t > 0 for t in times.values())
         assert best.strategy in times
         assert times[best.strategy] == min(times.values())

@@ -95,5 +95,7 @@ def test_the_name_tables_use_the_codes() -> None:
     packs = {abi.PACK_PANELS, abi.PACK_TRANSPOSED, abi.PACK_PADDED, abi.PACK_WINOGRAD}
     assert set(abi.PACKS.values()) == packs
     assert abi.SEQ_ACTS["gelu_tanh"] == abi.ACT_GELU_TANH and abi.ACTS["sigmoid"] == abi.ACT_SIGMOID
-    assert sorted(abi.BINOPS.values()) == [abi.BIN_ADD, abi.BIN_SUB, abi.BIN_MUL, abi.BIN_DIV, abi.BIN_RSUB]
+    binops = [abi.BIN_ADD, abi.BIN_SUB, abi.BIN_MUL, abi.BIN_DIV, abi.BIN_RSUB, abi.BIN_MAX, abi.BIN_MIN]
+    assert sorted(abi.BINOPS.values()) == binops
+    assert set(abi.MATHS.values()) == set(range(abi.ACT_NEG, abi.ACT_SIGN + 1))
     assert sorted(abi.DTYPES.values()) == [abi.DT_F32, abi.DT_I64, abi.DT_I32, abi.DT_U8]

@@ -39,8 +39,10 @@ static inline void activate(float *d, int64_t n, int act) {
     case PW_ACT_SIGMOID:
         for (int64_t i = 0; i < n; i++) d[i] = 1.0f / (1.0f + expf(-d[i]));
         break;
-    default:
+    case PW_ACT_NONE:
         break;
+    default: /* tile_act.c's; those with parameters come from the element-wise kernel alone */
+        pw_act_row(d, n, act, NULL);
     }
 }
 
@@ -564,6 +566,8 @@ static void binary_row(float *d, const float *xr, int64_t sx, const float *yr, i
     case PW_BIN_MUL: PW_BINARY_LOOP(a * b) break;
     case PW_BIN_DIV: PW_BINARY_LOOP(a / b) break;
     case PW_BIN_RSUB: PW_BINARY_LOOP(b - a) break;
+    case PW_BIN_MAX: PW_BINARY_LOOP(a != a || b != b ? a + b : (a > b ? a : b)) break;
+    case PW_BIN_MIN: PW_BINARY_LOOP(a != a || b != b ? a + b : (a < b ? a : b)) break;
     default:
         for (int64_t e = 0; e < n; e++) d[e] = xr[e * sx];
     }
@@ -582,6 +586,8 @@ PW_HOT static int ewise_tile(const int64_t *L, const int32_t *lo, const int32_t 
     const int64_t *os = L + S_OSHAPE, *xs = L + S_XSTRIDE, *ys = L + S_YSTRIDE;
     const int op = (int)L[S_BINOP], act = (int)L[S_ACT];
     const float alpha = (float)as_double(L[S_ALPHA]), scalar = (float)as_double(L[S_SCALAR]);
+    const float params[3] = {(float)as_double(L[S_ACT_P]), (float)as_double(L[S_ACT_P + 1]),
+                             (float)as_double(L[S_ACT_P + 2])};
     int64_t n = hi[3] - lo[3], c_end = hi[2];
     if (whole_rows(L, lo, hi, xs) && (!y || whole_rows(L, lo, hi, ys))) n *= hi[2] - lo[2], c_end = lo[2] + 1;
     for (int64_t a = lo[0]; a < hi[0]; a++)
@@ -591,7 +597,10 @@ PW_HOT static int ewise_tile(const int64_t *L, const int32_t *lo, const int32_t 
                 const float *xr = x + a * xs[0] + b * xs[1] + c * xs[2] + lo[3] * xs[3];
                 const float *yr = y ? y + a * ys[0] + b * ys[1] + c * ys[2] + lo[3] * ys[3] : NULL;
                 binary_row(d, xr, xs[3], yr, ys[3], scalar, alpha, op, n);
-                activate(d, n, act);
+                if (act >= PW_ACT_SILU)
+                    pw_act_row(d, n, act, params);
+                else
+                    activate(d, n, act);
             }
     return 0;
 }

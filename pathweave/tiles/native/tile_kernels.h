@@ -49,11 +49,23 @@ enum {
  * (stride 1, no dilation: B's rows are shifted views of it, no im2col) */
 enum { PW_PACK_PANELS = 0, PW_PACK_TRANSPOSED = 1, PW_PACK_PADDED = 2, PW_PACK_WINOGRAD = 3 };
 
-/* epilogue activations (slot S_ACT) */
+/* epilogue activations (slot S_ACT); from PW_ACT_SILU on tile_act.c's (pw_act_row) */
 enum { PW_ACT_NONE = 0, PW_ACT_RELU = 1, PW_ACT_GELU = 2, PW_ACT_TANH = 3, PW_ACT_SIGMOID = 5 }; /* 4: seq */
+enum {
+    PW_ACT_SILU = 6, PW_ACT_HARDSWISH = 7, PW_ACT_HARDSIGMOID = 8, PW_ACT_RELU6 = 9,
+    /* with parameters (slots S_ACT_P..): the element-wise kernel's only */
+    PW_ACT_CLAMP = 10,      /* lo, hi */
+    PW_ACT_LEAKY_RELU = 11, /* negative slope */
+    PW_ACT_ELU = 12,        /* alpha, scale, input scale */
+    PW_ACT_POW = 13,        /* exponent */
+    /* maths of one argument */
+    PW_ACT_NEG = 14, PW_ACT_ABS, PW_ACT_EXP, PW_ACT_LOG, PW_ACT_SQRT, PW_ACT_RSQRT, PW_ACT_RECIPROCAL,
+    PW_ACT_SQUARE, PW_ACT_ERF, PW_ACT_SIN, PW_ACT_COS, PW_ACT_SIGN
+};
 
-/* element-wise binary ops (slot S_BINOP) */
+/* element-wise binary ops (slot S_BINOP); maximum and minimum give NaN where either operand is NaN */
 enum { PW_BIN_NONE = 0, PW_BIN_ADD = 1, PW_BIN_SUB = 2, PW_BIN_MUL = 3, PW_BIN_DIV = 4, PW_BIN_RSUB = 5 };
+enum { PW_BIN_MAX = 6, PW_BIN_MIN = 7 };
 
 /* slots */
 enum {
@@ -69,6 +81,7 @@ enum {
     S_AUX = 40, S_NAUX = 41, /* cat: address and count of (addr, offset, size, stride0..3) records */
     S_WPACK = 42, /* conv: 0, or the weights packed in panels per group (tile_gemm.h), used instead of sgemm */
     S_WPACK_T = 43, /* conv: PW_PACK_*: how the packed weights are used */
+    S_ACT_P = 44,   /* 3: the activation's parameters (double bits; element-wise kernel) */
     S_PROFILE = 47 /* 0, or the address of int64 [ns, tiles] the kernel adds each tile's time to */
 };
 
@@ -80,6 +93,10 @@ typedef void (*pw_sgemm_fn)(int order, int trans_a, int trans_b, int m, int n, i
  * inferences apart (a cached im2col of an earlier one is stale). 0 on success. */
 int pw_tile_kernel(const int64_t *layer, const int32_t *lo, const int32_t *hi, float *scratch,
                    pw_sgemm_fn sgemm, int64_t stamp);
+
+/* act (PW_ACT_SILU or later) over n values in place; p: its parameters (3 floats; NULL for those that
+ * take none) (tile_act.c) */
+void pw_act_row(float *d, int64_t n, int act, const float *p);
 
 /* kh x kw (kw 2 or 3) stride-2 max pooling of one channel plane (rows RS apart) over output rows
  * [oh_lo, oh_hi) and columns [ow_lo, ow_hi), padding ph, pw (tile_pool_s2.c); 1 where this CPU lacks

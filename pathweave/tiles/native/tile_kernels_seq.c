@@ -4,17 +4,19 @@
  * Matrix products go to the sgemm passed in, with leading dimensions and transposes instead of copies
  * wherever the strides allow. The hot loops (GELU, e^x, row sums) avoid libm calls and keep sums in 8
  * lanes, so that GCC vectorises them without -ffast-math. */
+#if defined(__GNUC__) && !defined(__clang__)
+/* nothing here (tile_math.h included) uses floating-point traps; without them GCC if-converts the
+ * clamps and vectorises */
+#pragma GCC optimize("no-trapping-math")
+#endif
+
 #include "tile_kernels_seq.h"
 
 #include "tile_gemm.h"
+#include "tile_math.h"
 
 #include <math.h>
 #include <string.h>
-
-#if defined(__GNUC__) && !defined(__clang__)
-/* nothing here uses floating-point traps; without them GCC if-converts the clamps and vectorises */
-#pragma GCC optimize("no-trapping-math")
-#endif
 
 /* the loops over rows also come compiled for AVX2 + FMA and AVX-512, picked at load time (GELU and e^x:
  * 2.2x faster with AVX2 than with the SSE2 baseline on this AMD EPYC) */
@@ -63,40 +65,7 @@ static inline int64_t at(const int64_t *s, int64_t i0, int64_t i1, int64_t i2) {
     return i0 * s[0] + i1 * s[1] + i2 * s[2];
 }
 
-/* ---- math without libm calls, so that loops over it vectorise ------------------------------------- */
-
-/* e^x, relative error about 1e-7: x = n ln2 + r with |r| <= ln2/2, e^r by its Taylor series to degree 7
- * (remainder below 6e-9), 2^n put into the exponent bits. Below -87 it gives ~1.6e-38 instead of less. */
-static inline float exp_approx(float x) {
-    x = x < -87.0f ? -87.0f : x;
-    x = x > 88.0f ? 88.0f : x;
-    const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* rounded: 1.5 * 2^23 */
-    const float r = (x - n * 0.693359375f) - n * -2.12194440e-4f;            /* ln2 in two parts */
-    float p = 1.0f / 5040.0f;
-    p = p * r + 1.0f / 720.0f;
-    p = p * r + 1.0f / 120.0f;
-    p = p * r + 1.0f / 24.0f;
-    p = p * r + 1.0f / 6.0f;
-    p = p * r + 0.5f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
-    const int32_t e = ((int32_t)n + 127) << 23;
-    float scale;
-    memcpy(&scale, &e, sizeof scale);
-    return p * scale;
-}
-
-/* erf by Abramowitz and Stegun's 7.1.26 (absolute error below 1.5e-7, about float rounding for GELU):
- * 1 - t (a1 + t (a2 + ...)) e^(-x^2) with t = 1 / (1 + p |x|), the sign of x put back */
-static inline float erf_approx(float x) {
-    const float a = fabsf(x), t = 1.0f / (1.0f + 0.3275911f * a);
-    float p = 1.061405429f;
-    p = p * t - 1.453152027f;
-    p = p * t + 1.421413741f;
-    p = p * t - 0.284496736f;
-    p = p * t + 0.254829592f;
-    return copysignf(1.0f - p * t * exp_approx(-a * a), x);
-}
+/* ---- maths (exp_approx, erf_approx: tile_math.h) ------------------------------------------------ */
 
 /* GELU's tanh form as x * sigmoid(2u) (the same function: 0.5 (1 + tanh u) = sigmoid(2u)); -inf gives
  * NaN as torch's 0.5 x (1 + tanh u) does (-inf * 0), where the clamped e^x would give -inf */
@@ -122,8 +91,10 @@ PW_CLONES static void act_row(float *d, int64_t n, int act) {
     case PW_ACT_GELU_TANH:
         for (int64_t i = 0; i < n; i++) d[i] = gelu_tanh(d[i]);
         break;
-    default:
+    case PW_ACT_NONE:
         break;
+    default: /* tile_act.c's (a fused linear's epilogue) */
+        pw_act_row(d, n, act, NULL);
     }
 }
 
