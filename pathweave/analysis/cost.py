@@ -12,7 +12,7 @@ import math
 import torch
 import torch.fx
 
-from pathweave.analysis.ops import is_compute, module_of, op_kind, op_name, weight_tensor
+from pathweave.analysis.ops import ATTENTION, is_compute, module_of, op_kind, op_name, weight_tensor
 from pathweave.frontend.shapes import tensor_specs
 from pathweave.meta import COST, NodeCost
 
@@ -39,6 +39,8 @@ def node_cost(
         window = math.prod(w[2:]) if w is not None else 1
         cin = w[1] if w is not None else 1
         return NodeCost(2 * out_numel * cin * window, moved, float(window), kind)
+    if name in ATTENTION:
+        return NodeCost(attention_flops(node), moved, 1.0, kind)
     if kind == "matmul":
         return NodeCost(2 * out_numel * _inner_dim(node, name, gm), moved, 1.0, kind)
     if kind == "pool":
@@ -63,6 +65,18 @@ def annotate(gm: torch.fx.GraphModule) -> None:
     for node in gm.graph.nodes:
         if is_compute(node):
             node.meta[COST] = node_cost(node, gm)
+
+
+def attention_flops(node: torch.fx.Node) -> int:
+    """Scaled-dot-product attention of queries (..., L, E), keys (..., S, E) and values (..., S, Ev):
+    Q K^T and P V (2 L S E + 2 L S Ev per batch and head) and the softmax over S."""
+    q, k, v = (tensor_specs(a) for a in node.args[:3] if isinstance(a, torch.fx.Node))
+    if not (q and k and v and len(q[0].shape) >= 2 and len(k[0].shape) >= 2 and len(v[0].shape) >= 2):
+        return sum(s.numel for s in tensor_specs(node))
+    *batch, length, e = q[0].shape
+    s, ev = k[0].shape[-2], v[0].shape[-1]
+    n = math.prod(batch)
+    return n * length * s * (2 * e + 2 * ev + _REDUCTION_FLOPS)
 
 
 def _inner_dim(node: torch.fx.Node, name: str, gm: torch.fx.GraphModule | None) -> int:

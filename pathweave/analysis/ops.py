@@ -18,7 +18,12 @@ _MODULE_OPS = {
 }  # fmt: skip
 
 CONV = {"conv1d", "conv2d", "conv3d", "convolution", "_convolution", "_convolution_pointwise"}
-MATMUL = {"linear", "addmm", "mm", "bmm", "matmul", "baddbmm", "_linear_pointwise", "einsum"}
+#: scaled-dot-product attention: two matrix products and a softmax (``cost.attention_flops``)
+ATTENTION = {
+    "scaled_dot_product_attention", "_scaled_dot_product_flash_attention_for_cpu",
+    "_scaled_dot_product_efficient_attention", "_scaled_dot_product_flash_attention",
+}  # fmt: skip
+MATMUL = {"linear", "addmm", "mm", "bmm", "matmul", "baddbmm", "_linear_pointwise", "einsum", *ATTENTION}
 POOL = {
     "max_pool2d",
     "avg_pool2d",

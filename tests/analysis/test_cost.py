@@ -72,3 +72,16 @@ def test_adaptive_pool_window_is_input_over_output() -> None:
     cost = node_cost(_only(captured, "adaptive"), captured.gm)
     assert cost.weight == 64.0
     assert cost.flops == 4 * 64
+
+
+def test_attention_counts_its_two_products_and_softmax() -> None:
+    class Attention(torch.nn.Module):
+        def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+
+    q, k, v = torch.randn(2, 4, 16, 8), torch.randn(2, 4, 32, 8), torch.randn(2, 4, 32, 6)
+    gm = capture(Attention(), q, k, v).gm
+    (node,) = [n for n in gm.graph.nodes if n.op == "call_function"]
+    cost = node_cost(node, gm)
+    assert cost.kind == "matmul"
+    assert cost.flops == 2 * 4 * 16 * 32 * (2 * 8 + 2 * 6 + 5)  # Q K^T, P V, softmax over 32 keys
