@@ -177,6 +177,7 @@ def _timeline(args: argparse.Namespace) -> int:
 
 def _tiles(args: argparse.Namespace) -> int:
     from pathweave.frontend.capture import capture
+    from pathweave.tiles.mixed import build_tiles
     from pathweave.tiles.report import format_tiles, parse_workers, tiles_report
     from pathweave.tiles.strategy import TilesStrategy
     from pathweave.zoo.load import load_model
@@ -188,7 +189,14 @@ def _tiles(args: argparse.Namespace) -> int:
             raise InputError(f"--timeline is written as .png or .svg, not {suffix}")
         require("matplotlib", "plot")
     loaded = load_model(args.model, batch=args.batch)
-    strategy = TilesStrategy(capture(loaded.model, *loaded.inputs, name=loaded.name), threads=max(workers))
+    strategy = build_tiles(capture(loaded.model, *loaded.inputs, name=loaded.name), threads=max(workers))
+    if not isinstance(strategy, TilesStrategy):  # islands: the per-tile report needs one whole program
+        print(
+            f"{loaded.name}: tile islands, {strategy.summary()}\nthe per-tile report (scaling, "
+            "timeline) covers models the tiles run whole; this one has ATen segments between islands"
+        )
+        strategy.close()
+        return 0
     try:
         d = tiles_report(strategy, workers, args.rounds, args.requests, not args.quiet)
         print(format_tiles(d))

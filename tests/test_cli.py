@@ -174,3 +174,22 @@ def test_tiles_timeline_draws_each_worker_count(tmp_path, capsys, tiny_cnn) -> N
     assert png.read_bytes()[:4] == b"\x89PNG"
     assert cli.main([*argv[:-1], str(tmp_path / "tiles.txt")]) == 2  # refused before any work
     assert "--timeline is written as .png or .svg" in capsys.readouterr().err
+
+
+def test_tiles_report_on_a_model_in_islands(tmp_path, capsys) -> None:
+    class Attention(torch.nn.Module):  # attention has no tile kernel: two islands around it
+        def __init__(self) -> None:
+            super().__init__()
+            self.qkv, self.out = torch.nn.Linear(64, 192), torch.nn.Linear(64, 64)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            q, k, v = self.qkv(x).unflatten(-1, (3, 4, 16)).permute(2, 0, 3, 1, 4)
+            y = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+            return self.out(y.transpose(1, 2).flatten(2))
+
+    model = tmp_path / "attention.pt2"
+    torch.export.save(torch.export.export(Attention().eval(), (torch.randn(1, 64, 64),)), model)
+    with pytest.warns(UserWarning, match="tiles run .* of the FLOPs"):
+        assert cli.main(["tiles", str(model), "--threads", "2", "--quiet"]) == 0
+    text = capsys.readouterr().out
+    assert "attention: tile islands" in text and "scaled_dot_product_attention x1" in text
