@@ -335,8 +335,12 @@ def _pow(args: dict[str, Any]) -> tuple[int, tuple[float, ...]]:
 
 
 def _elu(args: dict[str, Any]) -> tuple[int, tuple[float, ...]]:
-    names = ("alpha", "scale", "input_scale")
-    return ACT_ELU, tuple(_number(args.get(k), k, 1.0) for k in names)
+    """ELU (SELU's parameters too); the kernel's expm1 takes arguments <= 0, so the negative branch's
+    ``x * input_scale`` must be too: a negative ``input_scale`` stays in ATen."""
+    alpha, scale, input_scale = (_number(args.get(k), k, 1.0) for k in ("alpha", "scale", "input_scale"))
+    if input_scale < 0:
+        raise NoKernel(f"input_scale {input_scale} < 0")
+    return ACT_ELU, (alpha, scale, input_scale)
 
 
 #: the element-wise kernel's activations with parameters: op name -> its code and parameters from its args

@@ -27,10 +27,10 @@ import torch
 import torch.fx
 import torch.utils._pytree as pytree
 
-from pathweave.errors import ExecutionError, UnsupportedError
+from pathweave.errors import ExecutionError, PathweaveError, UnsupportedError
 from pathweave.frontend.graph import Captured
 from pathweave.passes.pipeline import run_pipeline
-from pathweave.sequential import intra_op_threads
+from pathweave.sequential import intra_op_threads, locate_failure
 from pathweave.strategy import CallGuard, Strategy
 from pathweave.tiles.build import WORK_PER_TILE, TilesPerLayer
 from pathweave.tiles.conv_layout import WINOGRAD_MIN_CHANNELS
@@ -155,7 +155,12 @@ class IslandsStrategy(Strategy):
 
     def run_flat(self, flat: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
         with self.guard.call(), torch.no_grad(), intra_op_threads(self.aten_threads):
-            return tuple(self.gm(*flat))
+            try:
+                return tuple(self.gm(*flat))
+            except PathweaveError:
+                raise  # an island's own error names its node
+            except Exception as exc:  # an ATen segment's: name the node, as the sequential path does
+                raise locate_failure(self.gm, flat, exc) from exc
 
     def quiesce(self) -> None:
         with self.guard.call():

@@ -136,6 +136,15 @@ def test_ops_left_to_aten_are_refused_as_the_kernels_cannot_take_them() -> None:
     torch.testing.assert_close(fn(x), model(x), equal_nan=True)
 
 
+def test_elu_with_a_negative_input_scale_stays_in_aten() -> None:
+    """The kernel's expm1 takes arguments <= 0; a negative input_scale would feed it positive ones."""
+    model = _Apply(lambda t: torch.ops.aten.elu(t, 1.0, 1.0, -1.0))
+    with pytest.warns(UserWarning, match="elu"):
+        fn = pathweave.optimize(model.eval(), _input((3, 17)), strategy="tiles")
+    x = torch.tensor([-100.0, -200.0, -1e4, -float("inf"), 0.5]).repeat(11)[:51].reshape(3, 17)
+    torch.testing.assert_close(fn(x), model(x))  # +inf where eager has it
+
+
 @pytest.mark.parametrize(
     "act", [torch.nn.SiLU, torch.nn.Hardswish, torch.nn.Hardsigmoid, torch.nn.ReLU6, torch.nn.LeakyReLU]
 )

@@ -253,3 +253,23 @@ def test_quiesce_and_workers() -> None:
         strat.close()
     with pytest.raises(pathweave.ClosedError):
         strat(*inputs)
+
+
+def test_an_aten_segment_error_names_its_node() -> None:
+    class Gather(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = nn.Linear(128, 128), nn.Linear(128, 128)
+
+        def forward(self, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+            return self.b(torch.cumsum(self.a(x), -1).index_select(1, idx))
+
+    model, x, idx = Gather().eval(), torch.randn(8, 64, 128), torch.arange(64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fn = pathweave.optimize(model, x, idx, strategy="tiles")
+    assert isinstance(fn, IslandsStrategy)
+    with pytest.raises(ExecutionError, match="node %index_select"):
+        fn(x, torch.full((64,), 1000))
+    with torch.no_grad():
+        torch.testing.assert_close(fn(x, idx), model(x, idx), rtol=1e-4, atol=1e-4)  # and it still runs
