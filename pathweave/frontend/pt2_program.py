@@ -38,7 +38,9 @@ _PRIVATE_OK = frozenset(
     "_native_batch_norm_legit_functional _scaled_dot_product_flash_attention_for_cpu "
     "_scaled_dot_product_efficient_attention _scaled_dot_product_flash_attention _unsafe_view "
     "_adaptive_avg_pool2d _prelu_kernel _upsample_bilinear2d_aa _upsample_nearest_exact2d "
-    "_local_scalar_dense _make_dep_token _weight_norm_interface _cdist_forward".split()
+    "_local_scalar_dense _make_dep_token _weight_norm_interface _cdist_forward "
+    # Python's bitwise operators on tensors (Llama's and Qwen2's masks): element-wise, bounded
+    "__and__ __or__ __xor__ __lshift__ __rshift__ __iand__ __ior__ __ixor__ __ilshift__ __irshift__".split()
 )
 #: ops that write through raw storage, or call other ops or loop without bound
 _DENIED = frozenset(

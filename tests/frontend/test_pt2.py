@@ -275,6 +275,18 @@ def test_dynamic_programs_with_size_expressions_still_load(tmp_path: Path) -> No
     torch.testing.assert_close(pathweave.optimize(path, x, strategy="sequential")(x), Halves()(x))
 
 
+def test_bitwise_operators_of_decoder_masks_load(tmp_path: Path) -> None:
+    class Masks(torch.nn.Module):  # Llama / Qwen2 build their masks with & and |
+        def forward(self, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+            return torch.where((a & b) | (a ^ b), x, -x)
+
+    inputs = (torch.randn(3, 4), torch.rand(3, 4) > 0.5, torch.rand(3, 4) > 0.5)
+    path = tmp_path / "masks.pt2"
+    torch.export.save(torch.export.export(Masks(), inputs), path)
+    fast = pathweave.optimize(path, *inputs, strategy="sequential")
+    torch.testing.assert_close(fast(*inputs), Masks()(*inputs))
+
+
 LAYOUTS = [("storage_offset", {"as_int": 1000}, "reaches element"),
            ("strides", [{"as_int": -1}, {"as_int": 1}], "plain tensor"),
            ("sizes", [{"as_int": 1 << 40}, {"as_int": 8}], "reaches")]  # fmt: skip
