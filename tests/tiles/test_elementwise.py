@@ -168,3 +168,12 @@ def test_parameter_free_activations_fuse_into_epilogues() -> None:
     gm = pathweave.capture(model.eval(), torch.randn(1, 3, 5, 7)).gm
     acts = [m.act_name for m in fuse_epilogue.propose(gm)]
     assert acts == ["silu", "relu6", "hardswish"]
+
+
+def test_gelu_overflows_where_eager_does() -> None:
+    """Eager computes x (1 + erf(x / sqrt 2)) before halving: above FLT_MAX / 2 that is +inf."""
+    model = _Apply(torch.nn.functional.gelu)
+    fn = pathweave.optimize(model.eval(), _input((3, 17)), strategy="tiles")
+    x = torch.zeros(3, 17)
+    x[0, :4] = torch.tensor([3.4e38, 2e38, -3.4e38, 1.5e38])
+    torch.testing.assert_close(fn(x), model(x))

@@ -31,7 +31,8 @@ static inline void activate(float *d, int64_t n, int act) {
         break;
     case PW_ACT_GELU: /* +-inf gives NaN, as torch's vectorised CPU GELU does (its scalar tail: +inf) */
         for (int64_t i = 0; i < n; i++)
-            d[i] = fabsf(d[i]) == INFINITY ? NAN : 0.5f * d[i] * (1.0f + erff(d[i] * 0.70710678118654752f));
+            /* x (1 + erf) first, as eager: above FLT_MAX / 2 it overflows to +inf there too */
+            d[i] = fabsf(d[i]) == INFINITY ? NAN : d[i] * (1.0f + erff(d[i] * 0.70710678118654752f)) * 0.5f;
         break;
     case PW_ACT_TANH:
         for (int64_t i = 0; i < n; i++) d[i] = tanhf(d[i]);

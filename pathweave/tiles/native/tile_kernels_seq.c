@@ -81,7 +81,8 @@ PW_CLONES static void act_row(float *d, int64_t n, int act) {
         break;
     case PW_ACT_GELU: /* +-inf gives NaN, as torch's vectorised CPU GELU does (its scalar tail: +inf) */
         for (int64_t i = 0; i < n; i++) {
-            const float y = 0.5f * d[i] * (1.0f + erf_approx(d[i] * 0.70710678118654752f));
+            /* x (1 + erf) first, as eager: above FLT_MAX / 2 it overflows to +inf there too */
+            const float y = d[i] * (1.0f + erf_approx(d[i] * 0.70710678118654752f)) * 0.5f;
             d[i] = fabsf(d[i]) == INFINITY ? NAN : y;
         }
         break;
