@@ -2,8 +2,9 @@
 ``native/tile_kernels_seq.h``): embedding, layer norm and softmax over the last dim, GELU's tanh form,
 matmul / bmm / addmm / baddbmm / ``fuse_matmul``'s matmul_add on strided views (and linear where
 the plain linear kernel cannot take it: a strided input, GELU in its epilogue), where and masked_fill,
-conversion to float32, and the copy a reshape makes of a tensor it cannot view (flatten of attention's
-transposed heads). GELU's erf form and the plain linear layers go to ``bind_cnn``'s kernels.
+conversion to float32, and the copy of a view made a layer (flatten of attention's transposed heads, a
+permute that a layer norm or conv cannot read in place). GELU's erf form and the plain linear layers go
+to ``bind_cnn``'s kernels.
 
 These rows hold shapes and strides padded at the front to 4 dims (dim 3 is the tensor's last);
 ``SQ_RANK`` says how many are real. A matmul operand is read in place by sgemm, as rows or transposed
@@ -18,6 +19,7 @@ from typing import Any
 import numpy as np
 import torch.fx
 
+from pathweave.analysis.ops import op_name
 from pathweave.tiles import bind_cnn
 from pathweave.tiles.abi import (
     DTYPES,
@@ -58,7 +60,18 @@ from pathweave.tiles.abi import (
     SQ_ZSTRIDE,
 )
 from pathweave.tiles.graph import TileGraph
-from pathweave.tiles.rows import LayerRow, NoKernel, View, dense_view, is_constant, out_shape, packed_once
+from pathweave.tiles.maps import RESHAPES
+from pathweave.tiles.rows import (
+    LayerRow,
+    NoKernel,
+    View,
+    coalesced,
+    dense_view,
+    is_constant,
+    out_shape,
+    packed_once,
+    viewed,
+)
 from pathweave.tiles.runtime import gemm_isa
 
 #: a linear with these activations goes to the plain linear kernel; GELU to the matmul kernel, whose
@@ -196,18 +209,20 @@ def convert(t: LayerRow) -> int:
     return 0
 
 
-def reshape_copy(t: LayerRow) -> int:
-    """A reshape that ``plan_nodes`` made a layer because it cannot view its input: copy in row-major
-    order."""
-    row = t.row
+def view_copy(t: LayerRow) -> int:
+    """A view that ``plan_nodes`` made a layer: a reshape that cannot view its input, or a transpose its
+    consumer cannot read where it lies (``TileOp.reads``). Copies the view in row-major order, its dims
+    merged where they step as one (Swin's 6-D windows are 4-D runs)."""
     x = t.view(t.args["self"])
-    out = out_shape(t.node)
-    if len(x.shape) > 4:
-        raise NoKernel(f"a {len(x.shape)}-D input")
-    _start(row, K_COPY, out)
-    row[S_X] = x.address
-    row[S_XSHAPE : S_XSHAPE + 4] = _front(x.shape, 1)
-    row[S_XSTRIDE : S_XSTRIDE + 4] = _front(x.strides, 0)
+    if op_name(t.node) not in RESHAPES:  # the same elements in the view's order; a reshape's is x's
+        x = viewed(t.node, x)
+    dims, strides = coalesced(x)
+    if len(dims) > 4:
+        raise NoKernel(f"a {len(x.shape)}-D input that does not merge into 4 dims")
+    _start(t.row, K_COPY, out_shape(t.node))
+    t.row[S_X] = x.address
+    t.row[S_XSHAPE : S_XSHAPE + 4] = _front(dims, 1)
+    t.row[S_XSTRIDE : S_XSTRIDE + 4] = _front(strides, 0)
     return 0
 
 

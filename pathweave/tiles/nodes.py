@@ -22,6 +22,7 @@ from pathweave.tiles.maps import (
     IDENTITY_VIEWS,
     MULTI_VIEWS,
     RESHAPES,
+    TRANSPOSES,
     VIEW_OPS,
     NodeMaps,
     Unmapped,
@@ -87,8 +88,8 @@ def _plan(node: torch.fx.Node, layers: set[torch.fx.Node]) -> NodeMaps | None:
         raise Unmapped(f"no range map for {name}")
     if op.view is not None:
         source = op.view(node, bound_args(node))
-        if name in RESHAPES and copies(node, layers):  # a layer that copies, with the view's map
-            return NodeMaps("layer", (source,))
+        if (name in RESHAPES and copies(node, layers)) or (name in TRANSPOSES and unreadable(node, layers)):
+            return NodeMaps("layer", (source,))  # a layer that copies, with the view's map
         return NodeMaps("view", (source,))
     if len(shape(node)) > MAX_DIMS:
         raise Unmapped(f"a {len(shape(node))}-D output; tiled tensors have at most {MAX_DIMS} dims")
@@ -96,9 +97,41 @@ def _plan(node: torch.fx.Node, layers: set[torch.fx.Node]) -> NodeMaps | None:
 
 
 def copies(node: torch.fx.Node, layers: set[torch.fx.Node]) -> bool:
-    """Whether a reshape cannot view its input (flatten of a transposed tensor): its chain of views,
-    replayed on a contiguous meta tensor of the shape under it (every layer, input and constant is
-    contiguous in a tile program), gives no view at the end."""
+    """Whether a reshape cannot view its input (flatten of a transposed tensor)."""
+    replayed = _replayed(node, layers)
+    if replayed is None:
+        return True
+    base, t = replayed
+    return isinstance(t, torch.Tensor) and t is not base and not t._is_view()
+
+
+def unreadable(node: torch.fx.Node, layers: set[torch.fx.Node]) -> bool:
+    """Whether a transpose feeds, directly or through identity views (``contiguous``), a layer whose
+    binder cannot read it where it lies (``TileOp.reads``: a layer norm over the dim that ConvNeXt's
+    NCHW -> NHWC permute leaves strided, a conv of the permute back); it then copies instead."""
+    reads = set()
+    todo = [(user, node) for user in node.users]
+    while todo:
+        user, arg = todo.pop()
+        name = op_name(user) if user.op == "call_function" else ""
+        if name in IDENTITY_VIEWS:
+            todo.extend((u, user) for u in user.users)
+        elif name in TILE_OPS and user.args and user.args[0] is arg:
+            reads.add(TILE_OPS[name].reads)
+    if not reads - {"strided"} or len(shape(node)) > MAX_DIMS:
+        return False
+    replayed = _replayed(node, layers)
+    if replayed is None or not isinstance(replayed[1], torch.Tensor):
+        return True
+    t = replayed[1]
+    rows = t.ndim == 0 or t.shape[-1] <= 1 or t.stride(-1) == 1
+    return ("dense" in reads and not t.is_contiguous()) or ("rows" in reads and not rows)
+
+
+def _replayed(node: torch.fx.Node, layers: set[torch.fx.Node]) -> tuple[torch.Tensor, Any] | None:
+    """A view's chain of views replayed on a contiguous meta tensor of the shape under it (every layer,
+    input and constant is contiguous in a tile program): (that tensor, the view's stand-in), or None where
+    a view op cannot view what it gets (``view`` of a layout it cannot view, after ``contiguous``)."""
     chain = []
     src = node
     while src.op == "call_function" and src not in layers:
@@ -115,10 +148,10 @@ def copies(node: torch.fx.Node, layers: set[torch.fx.Node]) -> bool:
             args = torch.fx.node.map_arg(view.args, partial(_stand_in, node=src, value=t))
             try:
                 t = view.target(*args, **view.kwargs)
-            except RuntimeError:  # ``view`` of a layout it cannot view (after ``contiguous``): a copy
-                return True
+            except RuntimeError:
+                return None
         src = view
-    return isinstance(t, torch.Tensor) and t is not base and not t._is_view()
+    return base, t
 
 
 def _stand_in(arg: Any, node: torch.fx.Node, value: Any) -> Any:

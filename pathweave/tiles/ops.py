@@ -35,6 +35,8 @@ from pathweave.tiles.rows import Binder
 WholeDims = Callable[[torch.fx.Node], set[int]]
 #: why build_program refuses a layer whose row has no binder
 GRAPH_ONLY = "no kernel for this op"
+#: how a binder reads its first input (``TileOp.reads``): anyhow, with its last dim adjacent, contiguous
+READS = ("strided", "rows", "dense")
 
 
 @dataclass(frozen=True)
@@ -42,12 +44,13 @@ class TileOp:
     """One op in the tile strategy.
 
     ``maps``: a layer's range maps (its sources); ``view``: instead, a view's one source (no tiles: its
-    consumers read through it), and ``bind`` then runs a reshape that has to copy. ``bind``: fills the
+    consumers read through it), and ``bind`` then copies it where it is made a layer. ``bind``: fills the
     layer's kernel row (``rows.LayerRow``); None: graph only, no native kernel (``require_kernels``
     refuses it before a program is built). ``kind``: the cost class ``analysis.cost.node_cost`` prices it
     by (an ATen op's is ``analysis.ops.op_kind``'s; the fused ops name theirs). ``aligned``: by default its
     tiles line up one to one with those of a same-shaped producer; ``whole``: the dims a tile spans whole
-    (the dims it normalises or reduces)."""
+    (the dims it normalises or reduces). ``reads``: how its binder reads its first input (``READS``); a
+    transpose that does not lie so becomes a layer copying it (``nodes.plan_nodes``)."""
 
     kind: str
     bind: Binder | None
@@ -55,10 +58,13 @@ class TileOp:
     view: ViewMap | None = None
     aligned: bool = False
     whole: WholeDims | None = None
+    reads: str = "strided"
 
     def __post_init__(self) -> None:
         if (self.maps is None) == (self.view is None):
             raise ValueError("a TileOp has either a layer's maps or a view's map")
+        if self.reads not in READS:
+            raise ValueError(f"reads={self.reads!r}; one of {READS}")
 
 
 def _rows(names: Iterable[str], kind: str | None = None, **fields: Any) -> dict[str, TileOp]:
@@ -81,20 +87,21 @@ TILE_OPS: dict[str, TileOp] = {
     # normalisations and reductions
     **_rows(BATCH_NORMS - {"batch_norm_act"}, maps=maps.batch_norm, bind=bind_cnn.batch_norm, aligned=True),
     **_rows(("batch_norm_act",), "reduction", maps=maps.batch_norm, bind=bind_cnn.batch_norm, aligned=True),
-    **_rows(LAYER_NORMS, maps=maps.layer_norm, bind=bind_transformer.layer_norm, whole=maps.layer_norm_dims),
+    **_rows(LAYER_NORMS, maps=maps.layer_norm, bind=bind_transformer.layer_norm, whole=maps.layer_norm_dims,
+            reads="rows"),
     **_rows(("softmax", "_softmax"), maps=maps.softmax, bind=bind_transformer.softmax,
-            whole=maps.softmax_dims),
+            whole=maps.softmax_dims, reads="rows"),
     **_rows(SOFTMAXES - {"softmax", "_softmax"}, maps=maps.softmax, bind=None, whole=maps.softmax_dims),
     **_rows(("sum",), maps=maps.reduction, bind=bind_cnn.reduce_sum),
     **_rows(("mean", "amax", "amin"), maps=maps.reduction, bind=None),
     # windows
-    **_rows(("conv2d",), maps=maps.conv, bind=bind_cnn.conv),
-    **_rows(("conv2d_act",), "conv", maps=maps.conv_act, bind=bind_cnn.conv),
+    **_rows(("conv2d",), maps=maps.conv, bind=bind_cnn.conv, reads="dense"),
+    **_rows(("conv2d_act",), "conv", maps=maps.conv_act, bind=bind_cnn.conv, reads="dense"),
     **_rows(("conv1d", "convolution"), maps=maps.conv, bind=None),
-    **_rows(("max_pool2d", "avg_pool2d"), maps=maps.pool, bind=bind_cnn.pool),
+    **_rows(("max_pool2d", "avg_pool2d"), maps=maps.pool, bind=bind_cnn.pool, reads="rows"),
     **_rows(("max_pool2d_with_indices",), maps=maps.pool, bind=None),
     **_rows(("adaptive_avg_pool2d", "_adaptive_avg_pool2d"), maps=maps.adaptive_pool,
-            bind=bind_cnn.adaptive_pool),
+            bind=bind_cnn.adaptive_pool, reads="dense"),
     **_rows(("adaptive_max_pool2d",), maps=maps.adaptive_pool, bind=None),
     **_rows(("upsample_nearest2d",), maps=maps.upsample_nearest, bind=None),
     # matrix products
@@ -108,10 +115,11 @@ TILE_OPS: dict[str, TileOp] = {
     **_rows(("cat_batch_norm_act",), "reduction", maps=maps.cat_batch_norm, bind=bind_cnn.cat_batch_norm),
     **_rows(("stack",), maps=maps.stack, bind=bind_cnn.stack),
     **_rows(("pad", "constant_pad_nd"), maps=maps.pad, bind=bind_cnn.pad),
-    # views: folded into their consumers; a reshape that cannot view its input copies
+    # views: folded into their consumers; a reshape that cannot view its input copies, and so does a
+    # transpose that its consumer cannot read where it lies (``reads``)
     **_rows(IDENTITY_VIEWS, view=maps.identity, bind=None),
-    **_rows(RESHAPES, view=maps.reshape, bind=bind_transformer.reshape_copy),
-    **_rows(TRANSPOSES, view=maps.permute, bind=None),
+    **_rows(RESHAPES, view=maps.reshape, bind=bind_transformer.view_copy),
+    **_rows(TRANSPOSES, view=maps.permute, bind=bind_transformer.view_copy),
     **_rows(SLICES, view=maps.slice_, bind=None),
     **_rows(("select",), view=maps.select, bind=None),
     **_rows(("unsqueeze",), view=maps.unsqueeze, bind=None),

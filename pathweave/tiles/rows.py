@@ -168,6 +168,28 @@ def _replay(view: torch.fx.Node, source: torch.fx.Node, t: torch.Tensor) -> torc
     return out  # a split gives a tuple: the getitem after it picks the piece
 
 
+def viewed(view: torch.fx.Node, v: View) -> View:
+    """``v`` (where the view op ``view``'s input lies) seen through ``view``."""
+    extent = 1 + v.offset + sum((n - 1) * s for n, s in zip(v.shape, v.strides, strict=True) if n > 0)
+    t = torch.empty(extent, device="meta").as_strided(v.shape, v.strides, v.offset)
+    t = _replay(view, view.all_input_nodes[0], t)
+    strides, dims = tuple(int(s) for s in t.stride()), tuple(int(d) for d in t.shape)
+    return View(v.base, int(t.storage_offset()), strides, dims, t.is_contiguous())
+
+
+def coalesced(v: View) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """``v``'s shape and strides with its dims of size 1 dropped and each dim merged into the one before
+    it where together they step as one (the same elements in the same row-major order, in fewer dims)."""
+    dims = [(n, s) for n, s in zip(v.shape, v.strides, strict=True) if n != 1]
+    merged: list[tuple[int, int]] = []
+    for n, s in dims:
+        if merged and merged[-1][1] == s * n:
+            merged[-1] = (merged[-1][0] * n, s)
+        else:
+            merged.append((n, s))
+    return tuple(n for n, _ in merged), tuple(s for _, s in merged)
+
+
 def is_constant(node: Any) -> bool:
     """Whether ``node`` is a constant (a weight), directly or through views of one: only constants may be
     packed at build time (a weight that is an input or a layer's output changes with every run)."""
