@@ -12,7 +12,15 @@ import math
 import torch
 import torch.fx
 
-from pathweave.analysis.ops import ATTENTION, is_compute, module_of, op_kind, op_name, weight_tensor
+from pathweave.analysis.ops import (
+    ATTENTION,
+    TRANSPOSED,
+    is_compute,
+    module_of,
+    op_kind,
+    op_name,
+    weight_tensor,
+)
 from pathweave.frontend.shapes import tensor_specs
 from pathweave.meta import COST, NodeCost
 
@@ -37,8 +45,9 @@ def node_cost(
     if kind == "conv":
         w = weight_tensor(node, gm)
         window = math.prod(w[2:]) if w is not None else 1
-        cin = w[1] if w is not None else 1
-        return NodeCost(2 * out_numel * cin * window, moved, float(window), kind)
+        per_out = w[1] if w is not None else 1  # input channels per group; a transposed one's: outputs
+        done = _first_input_numel(node) if name in TRANSPOSED else out_numel
+        return NodeCost(2 * done * per_out * window, moved, float(window), kind)
     if name in ATTENTION:
         return NodeCost(attention_flops(node), moved, 1.0, kind)
     if kind == "matmul":

@@ -17,7 +17,9 @@ _MODULE_OPS = {
     "Identity": "alias",
 }  # fmt: skip
 
-CONV = {"conv1d", "conv2d", "conv3d", "convolution", "_convolution", "_convolution_pointwise"}
+#: transposed convolutions: each input element meets the whole kernel (``cost.node_cost``)
+TRANSPOSED = {"conv_transpose1d", "conv_transpose2d", "conv_transpose3d"}
+CONV = {"conv1d", "conv2d", "conv3d", "convolution", "_convolution", "_convolution_pointwise", *TRANSPOSED}
 #: scaled-dot-product attention: two matrix products and a softmax (``cost.attention_flops``)
 ATTENTION = {
     "scaled_dot_product_attention", "_scaled_dot_product_flash_attention_for_cpu",

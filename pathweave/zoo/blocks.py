@@ -17,3 +17,22 @@ class BasicConv2d(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.relu(self.bn(self.conv(x)))
+
+
+def conv_bn(
+    cin: int,
+    cout: int,
+    kernel: int = 1,
+    stride: int = 1,
+    groups: int = 1,
+    act: type[nn.Module] | None = nn.ReLU,
+) -> nn.Sequential:
+    """Convolution without bias ("same" padding for odd kernels), batch norm, then ``act`` (None: none):
+    torchvision's Conv2dNormActivation, as MobileNetV2 and EfficientNet use it."""
+    layers: list[nn.Module] = [
+        nn.Conv2d(cin, cout, kernel, stride, (kernel - 1) // 2, groups=groups, bias=False),
+        nn.BatchNorm2d(cout),
+    ]
+    if act is not None:
+        layers.append(act())
+    return nn.Sequential(*layers)

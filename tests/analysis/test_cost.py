@@ -85,3 +85,12 @@ def test_attention_counts_its_two_products_and_softmax() -> None:
     cost = node_cost(node, gm)
     assert cost.kind == "matmul"
     assert cost.flops == 2 * 4 * 16 * 32 * (2 * 8 + 2 * 6 + 5)  # Q K^T, P V, softmax over 32 keys
+
+
+def test_transposed_convolution_counts_each_input_against_the_kernel() -> None:
+    up = nn.ConvTranspose2d(8, 4, 2, stride=2)
+    x = torch.randn(1, 8, 5, 5)
+    gm = capture(nn.Sequential(up), x).gm
+    (node,) = [n for n in gm.graph.nodes if n.op == "call_function"]
+    cost = node_cost(node, gm)
+    assert cost.kind == "conv" and cost.flops == 2 * (8 * 5 * 5) * 4 * (2 * 2)
