@@ -22,6 +22,7 @@ from pathweave.passes.pipeline import run_pipeline
 from pathweave.strategy import CallGuard, Strategy
 from pathweave.tiles import fuse_epilogue as tile_fuse
 from pathweave.tiles import fuse_matmul as tile_fuse_matmul
+from pathweave.tiles import sdpa as tile_sdpa
 from pathweave.tiles.abi import OP_LAYER
 from pathweave.tiles.build import WORK_PER_TILE, TilesPerLayer, build_tile_graph
 from pathweave.tiles.conv_layout import WINOGRAD_MIN_CHANNELS
@@ -33,7 +34,7 @@ from pathweave.tiles.program import TileProgram, build_program, output_layers
 from pathweave.tiles.runtime import TileRuntime
 
 #: the rewrites before a graph is cut into tiles (also those of the tile islands, ``tiles.mixed``)
-PASSES = (fold_sizes, prune, fold_bn, tile_fuse, tile_fuse_matmul)
+PASSES = (fold_sizes, prune, fold_bn, tile_sdpa, tile_fuse, tile_fuse_matmul)
 #: the tile kernels against PyTorch on the same rewritten graph: float sums in another order
 CHECK_RTOL, CHECK_ATOL = 1e-3, 1e-4
 
