@@ -36,6 +36,7 @@ from pathweave.tiles.build import WORK_PER_TILE, TilesPerLayer
 from pathweave.tiles.conv_layout import WINOGRAD_MIN_CHANNELS
 from pathweave.tiles.islands import MIN_ISLAND_FLOPS, Island, IslandPlan, apply, propose
 from pathweave.tiles.memory import DISTANCE
+from pathweave.tiles.runtime import gemm_isa
 from pathweave.tiles.strategy import PASSES, TilesStrategy
 
 #: how often islands that fail to build are shrunk and proposed again before the rest runs in ATen
@@ -176,7 +177,9 @@ class IslandsStrategy(Strategy):
     def summary(self) -> str:
         layers = sum(i.tiles.graph.num_layers for i in self.islands)
         tiles = sum(i.tiles.graph.num_tiles for i in self.islands)
-        return f"{layers} layers, {tiles} tiles in islands, {self.threads} workers; {self.coverage.line()}"
+        isa = f", {gemm_isa()} kernels" if self.islands else ""
+        workers = f"{self.threads} workers{isa}"
+        return f"{layers} layers, {tiles} tiles in islands, {workers}; {self.coverage.line()}"
 
     def _free(self) -> None:
         for island in self.islands:

@@ -31,7 +31,7 @@ from pathweave.tiles.memory import DISTANCE, plan_buffers
 from pathweave.tiles.nodes import plan_nodes
 from pathweave.tiles.ops import require_kernels
 from pathweave.tiles.program import TileProgram, build_program, output_layers
-from pathweave.tiles.runtime import TileRuntime
+from pathweave.tiles.runtime import TileRuntime, gemm_isa
 
 #: the rewrites before a graph is cut into tiles (also those of the tile islands, ``tiles.mixed``)
 PASSES = (fold_sizes, prune, fold_bn, tile_sdpa, tile_fuse, tile_fuse_matmul)
@@ -166,7 +166,7 @@ class TilesStrategy(Strategy):
     def summary(self) -> str:
         g = self.graph
         return (f"{g.num_layers} layers, {g.num_tiles} tiles, {g.num_edges} edges, {self.threads} workers, "
-                f"steals {self.runtime.steals}")  # fmt: skip
+                f"steals {self.runtime.steals}, {gemm_isa()} kernels")  # fmt: skip
 
     def _free(self) -> None:
         self.runtime.close()
