@@ -118,7 +118,6 @@ class Entry:
     devices: frozenset[str]
     takes: tuple[str, ...] = ()
     stacks: bool | str = False
-    summary: str = ""
 
     def load(self) -> Callable[..., Strategy]:
         module, _, attr = self.target.partition(":")
@@ -131,8 +130,6 @@ class Entry:
         if kind in self.devices:
             return kind
         if not asked and self.devices == {"cuda"}:
-            import torch
-
             if not torch.cuda.is_available():
                 raise UnsupportedError(
                     f"strategy {self.name!r} needs CUDA; on CPU use 'lanes' or 'sequential'"
@@ -159,18 +156,13 @@ class Entry:
 
 STRATEGIES: dict[str, Entry] = {e.name: e for e in (
     Entry("sequential", "pathweave.sequential:SequentialExecutor", frozenset({"cpu", "cuda"}),
-          takes=("device", "threads"), stacks="stacks",
-          summary="the fast sequential path (all intra-op threads on one operator at a time)"),
+          takes=("device", "threads"), stacks="stacks"),
     Entry("lanes", "pathweave.lanes.strategy:build_lanes", frozenset({"cpu"}),
-          takes=("recapture", "threads"), stacks=True,
-          summary="Ramiel's clusters on lanes of one intra-op thread each, run at once"),
+          takes=("recapture", "threads"), stacks=True),
     Entry("stacks", "pathweave.stacks.strategy:StacksStrategy", frozenset({"cpu", "cuda"}),
-          takes=("device", "threads"), stacks="stacks",
-          summary="element-wise and pooling chains run depth first by generated kernels (BrainSlug)"),
-    Entry("streams", "pathweave.streams.strategy:StreamsStrategy", frozenset({"cuda"}),
-          summary="Opara: CUDA streams in a resource-aware order, captured into one CUDA Graph"),
-    Entry("tiles", "pathweave.tiles.mixed:build_tiles", frozenset({"cpu"}), takes=("threads",),
-          summary="ASPEN: tiles on native engines with no barrier between layers"),
+          takes=("device", "threads"), stacks="stacks"),
+    Entry("streams", "pathweave.streams.strategy:StreamsStrategy", frozenset({"cuda"})),
+    Entry("tiles", "pathweave.tiles.mixed:build_tiles", frozenset({"cpu"}), takes=("threads",)),
 )}  # fmt: skip
 
 #: what ``optimize(strategy="auto")`` builds and times per device type: (row, options); the first is

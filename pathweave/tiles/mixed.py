@@ -206,15 +206,19 @@ def _island_inputs(
     return seen
 
 
+def _named(island: Island, exc: Exception) -> list[str]:
+    """The island's nodes that the build error names (``UnsupportedError.nodes``)."""
+    return [n for n in getattr(exc, "nodes", []) if n in island.nodes]
+
+
 def _refused(island: Island, exc: Exception) -> dict[str, str]:
     """The island's nodes to leave outside: those the error names, or all where it names none of them."""
-    named = [n for n in getattr(exc, "nodes", []) if n in island.nodes]
     why = f"its island failed to build: {_brief(exc)}"
-    return dict.fromkeys(named or island.nodes, why)
+    return dict.fromkeys(_named(island, exc) or island.nodes, why)
 
 
 def _warn_failed(model: str, island: Island, exc: Exception) -> None:
-    named = [n for n in getattr(exc, "nodes", []) if n in island.nodes]
+    named = _named(island, exc)
     ops = ", ".join(f"{op} x{n}" for op, n in island.ops.items())
     leave = f"nodes {', '.join(named)} leave it for ATen" if named else "it runs in ATen"
     warnings.warn(
