@@ -24,6 +24,7 @@ import torch
 from pathweave.auto import build, build_auto
 from pathweave.bench.candidate import Candidate, Skip, flatten_outputs
 from pathweave.bench.peers import PEERS, peer_names, use_onnx_file
+from pathweave.errors import InputError
 from pathweave.frontend.capture import capture
 from pathweave.lanes.strategy import LanesStrategy
 from pathweave.machine import describe
@@ -101,9 +102,10 @@ def _row_candidate(
     name: str, device: str, captured: Any, threads: int, recapture: Any = None, stacks: bool = False
 ) -> Candidate:
     """The strategy of row ``name`` built as ``optimize`` builds it, run on the example inputs."""
-    kind = torch.device(device).type
-    if kind not in STRATEGIES[name].devices:
-        raise Skip(f"{name} runs on {' or '.join(sorted(d.upper() for d in STRATEGIES[name].devices))}")
+    try:
+        kind = STRATEGIES[name].device_for(torch.device(device).type, asked=True)
+    except InputError as exc:
+        raise Skip(str(exc)) from exc
     context = {"device": device, "threads": threads, "recapture": recapture}
     strat = build(name, captured, context, {}, stacks)
     flat = [t.to(device) for t in captured.example_inputs]
@@ -262,8 +264,6 @@ OPT_IN = ("pathweave:lanes+stacks",)
 def _select(available: list[str], wanted: list[str] | None) -> list[str]:
     if not wanted:
         return [a for a in available if a not in RAMIEL_VARIANTS and a not in OPT_IN]
-    from pathweave.errors import InputError
-
     wanted = [w for group in wanted for w in GROUPS.get(group, [group])]
     unknown = [w for w in wanted if w not in available]
     if unknown:

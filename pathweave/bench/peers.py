@@ -38,6 +38,7 @@ import torch
 
 from pathweave.bench.candidate import Candidate, Skip
 from pathweave.errors import InputError, MissingDependencyError, require
+from pathweave.sequential import intra_op_threads
 
 Builder = Callable[[torch.nn.Module, tuple[torch.Tensor, ...], int, str], Candidate]
 
@@ -89,17 +90,6 @@ def _same_device(have: torch.device, want: torch.device) -> bool:
 
 def _inputs_on(inputs: tuple[torch.Tensor, ...], device: str) -> tuple[torch.Tensor, ...]:
     return tuple(t.to(device) for t in inputs)
-
-
-@contextlib.contextmanager
-def _torch_threads(threads: int) -> Iterator[None]:
-    """Compile-time decisions (inductor's parallel thresholds) see the budget the candidate runs with."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 # ------------------------------------------------------------------------------------------ eager (CPU)
@@ -196,14 +186,14 @@ def _compiled(
     start = time.perf_counter()
     try:
         # inductor reads config.freezing when it compiles, i.e. during the first call
-        with _torch_threads(threads), patch, _count_freezes() as freezes:
+        with intra_op_threads(threads), patch, _count_freezes() as freezes:
             run()
     except Exception as exc:
         raise Skip(f"torch.compile failed: {_one_line(exc)}") from exc
     build_s = time.perf_counter() - start
     if freezing and not freezes:
         raise Skip("inductor freezing did not take effect (graph reused or compiled with grad on)")
-    with _torch_threads(threads):
+    with intra_op_threads(threads):
         run()  # a guard failure would recompile here, still outside the timed region
     note = "inductor, freezing" if freezing else "inductor, default mode"
     extra: dict[str, Any] = {"build_s": build_s}
