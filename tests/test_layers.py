@@ -33,7 +33,7 @@ ORDER: list[set[str]] = [
     {"tiles", "streams"},
     {"auto", "zoo"},
     {"api"},
-    {"bench"},
+    {"bench", "backend"},
     {"cli"},
     {"__main__", "__init__"},
 ]
