@@ -32,6 +32,8 @@ _LAZY = {
     "ExecutionError": "pathweave.errors",
     "ClosedError": "pathweave.errors",
     "MissingDependencyError": "pathweave.errors",
+    "save": "pathweave.saved",  # pathweave.save(fast, "model.pw"): strategy chosen, options, graph
+    "load": "pathweave.saved",
 }
 
 __all__ = [
@@ -50,7 +52,9 @@ __all__ = [
     "analyze",
     "capture",
     "load_model",
+    "load",
     "optimize",
+    "save",
 ]
 
 if TYPE_CHECKING:
@@ -66,6 +70,7 @@ if TYPE_CHECKING:
         UnknownModelError,
         UnsupportedError,
     )
+    from pathweave.saved import load, save
     from pathweave.tiles.coexec import CoExecutor
     from pathweave.zoo.load import load_model
 

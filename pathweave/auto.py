@@ -50,7 +50,10 @@ def build_auto(
     except BaseException:
         close_all(built)
         raise
-    return fastest(built, captured, sync=torch.cuda.synchronize if kind == "cuda" else None)
+    keep = fastest(built, captured, sync=torch.cuda.synchronize if kind == "cuda" else None)
+    if keep.recipe is not None:  # pathweave.save re-plans with these where the machine differs
+        keep.recipe = {**keep.recipe, "auto": True, "stacks": stacks, "auto_options": options}
+    return keep
 
 
 def build(name: str, captured: Captured, context: dict[str, Any], options: dict, stacks: bool) -> Strategy:
@@ -60,7 +63,10 @@ def build(name: str, captured: Captured, context: dict[str, Any], options: dict,
         options = {**options, "stacks": True}
     elif stacks and isinstance(row.stacks, str):
         row = STRATEGIES[row.stacks]
-    return row.build(captured, context, options)
+    fast = row.build(captured, context, options)
+    device = str(context.get("device", "cpu"))
+    fast.recipe = {"strategy": row.name, "options": dict(options), "device": device, "auto": False}
+    return fast
 
 
 def fastest(built: list[Strategy], captured: Captured, sync: Any = None) -> Strategy:

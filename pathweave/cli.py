@@ -1,4 +1,5 @@
-"""``pathweave zoo | analyze MODEL | bench MODEL | plan | codegen | timeline | tiles MODEL | table``."""
+"""``pathweave zoo | analyze MODEL | bench MODEL | optimize MODEL -o FILE | plan | codegen | timeline | tiles
+MODEL | table``."""
 
 from __future__ import annotations
 
@@ -70,6 +71,11 @@ def _parser() -> argparse.ArgumentParser:
     ti.add_argument("--json", type=Path, help="write the report as JSON here")
     ti.add_argument("--timeline", type=Path, help="draw one traced inference per worker count (.png, .svg)")
     ti.add_argument("--quiet", action="store_true", help="no progress bar")
+    o = sub.add_parser("optimize", help="optimize a model and save the plan (pathweave.load reads it)")
+    o.add_argument("model", nargs="?", default=DEFAULT_MODEL, help=model_help)
+    o.add_argument("--batch", type=int, default=1)
+    o.add_argument("--strategy", default="auto", help="auto (default) or one strategy")
+    o.add_argument("-o", "--output", type=Path, required=True, help="the plan file to write (.pw)")
     t = sub.add_parser("table", help="markdown results table from bench --json files")
     t.add_argument("files", nargs="+", type=Path)
     return p
@@ -102,6 +108,22 @@ def _analyze(args: argparse.Namespace) -> int:
 
         plot_dag(captured, analysis, args.plot)
         print(f"wrote {args.plot}")
+    return 0
+
+
+def _optimize(args: argparse.Namespace) -> int:
+    from pathweave.api import optimize
+    from pathweave.saved import save
+    from pathweave.zoo.load import load_model
+
+    loaded = load_model(args.model, batch=args.batch)
+    fast = optimize(loaded.model, *loaded.inputs, strategy=args.strategy)
+    try:
+        path = save(fast, args.output)
+    finally:
+        fast.close()
+    times = ", ".join(f"{k} {v:.2f} ms" for k, v in (getattr(fast, "auto_times_ms", None) or {}).items())
+    print(f"{loaded.name}: {fast.label}" + (f" (auto timed {times})" if times else "") + f"; wrote {path}")
     return 0
 
 
@@ -254,6 +276,8 @@ def main(argv: list[str] | None = None) -> int:
             return _timeline(args)
         if args.command == "tiles":
             return _tiles(args)
+        if args.command == "optimize":
+            return _optimize(args)
         if args.command == "table":
             from pathweave.report.results import markdown_table
 

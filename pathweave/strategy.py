@@ -79,6 +79,8 @@ class Strategy:
     strategy = "?"
     captured: Captured
     guard: CallGuard
+    #: how it was built, for ``pathweave.save``: strategy, options, device, auto (set by ``auto.build``)
+    recipe: dict[str, Any] | None = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.captured.out_spec_unflatten(self.run_flat(self.captured.flatten_inputs(args, kwargs)))

@@ -35,7 +35,9 @@ EXPECTED_ALL = [
     "analyze",
     "capture",
     "load_model",
+    "load",
     "optimize",
+    "save",
 ]
 
 

@@ -32,7 +32,7 @@ ORDER: list[set[str]] = [
     {"lanes"},
     {"tiles", "streams"},
     {"auto", "zoo"},
-    {"api"},
+    {"api", "saved"},
     {"bench", "backend"},
     {"cli"},
     {"__main__", "__init__"},
