@@ -95,13 +95,15 @@ def optimize(
     strategy: str = "auto",
     device: str | None = None,
     options: dict[str, Any] | None = None,
+    dynamic: dict[str, tuple] | None = None,
     **kwargs: Any,
 ) -> Any:
-    """A callable with ``model``'s outputs, run by ``strategy`` with its ``options``; see
-    ``pathweave.api.optimize``."""
+    """A callable with ``model``'s outputs, run by ``strategy`` with its ``options``, for the shapes of
+    ``inputs`` or any within the ``dynamic`` ranges; see ``pathweave.api.optimize``."""
     from pathweave.api import optimize as _optimize
 
-    return _optimize(model, *inputs, strategy=strategy, device=device, options=options, **kwargs)
+    return _optimize(model, *inputs, strategy=strategy, device=device, options=options, dynamic=dynamic,
+                     **kwargs)  # fmt: skip
 
 
 def __getattr__(name: str) -> Any:

@@ -7,9 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.utils._pytree as pytree
 
 from pathweave.analysis.analyze import Analysis, analyze_captured
 from pathweave.auto import build, build_auto
+from pathweave.dynamic import DynamicStrategy, parse_dynamic
 from pathweave.errors import InputError
 from pathweave.frontend.capture import capture
 from pathweave.frontend.graph import Captured
@@ -64,6 +66,7 @@ def optimize(
     device: str | None = None,
     stacks: bool = False,
     options: dict[str, Any] | None = None,
+    dynamic: dict[str, tuple] | None = None,
     **kwargs: Any,
 ) -> Strategy:
     """A callable that returns ``model``'s outputs, run by ``strategy``: "auto" or a row of
@@ -76,8 +79,13 @@ def optimize(
     for "tiles"); under "auto", one dict per strategy name. ``stacks=True`` adds BrainSlug's stacks where
     the strategy takes them (sequential becomes "stacks"; lanes and auto on CPU); elsewhere InputError.
     The graph is captured for the shapes and dtypes of ``inputs``; calling the result with others
-    raises ``InputError``. ``device`` defaults to the inputs' device. ``kwargs`` go to the model.
+    raises ``InputError``, unless ``dynamic`` declares ranges (``{"batch": (1, 32), "seq": (1, 512)}``;
+    see ``pathweave.dynamic``): then each new shape within them is planned on first use. ``device``
+    defaults to the inputs' device. ``kwargs`` go to the model.
     """
+    if dynamic is not None:
+        return _dynamic(model, inputs, kwargs, dynamic, strategy=strategy, device=device, stacks=stacks,
+                        options=options)  # fmt: skip
     row = None if strategy == "auto" else entry(strategy)
     if row is not None and stacks and row.stacks is False:
         raise InputError(f"stacks=True: stacks do not run inside strategy {strategy!r} yet")
@@ -93,6 +101,23 @@ def optimize(
     if stacks and not any(STRATEGIES[n].stacks for n, _ in AUTO[kind]):
         raise InputError(f"stacks=True with strategy 'auto' runs on CPU; on {kind.upper()} use 'stacks'")
     return build_auto(captured, kind, context, stacks, options or {})
+
+
+def _dynamic(model: Any, inputs: tuple, kwargs: dict, dynamic: dict, **settings: Any) -> Strategy:
+    """``optimize`` with ``dynamic=``: one plan per shape met (``pathweave.dynamic``)."""
+    if isinstance(model, Captured):
+        raise InputError("dynamic= needs the model itself (a Captured graph has fixed shapes)")
+    if not isinstance(dynamic, dict) or not dynamic:
+        raise InputError(f"dynamic= maps dim names to (lo, hi) ranges, got {dynamic!r}")
+    model, inputs, _ = _resolve(model, inputs)
+    first = dict(settings)
+
+    def build(args: tuple, kw: dict, strategy: str | None, options: dict | None) -> Strategy:
+        chosen = first if strategy is None else {**first, "strategy": strategy, "options": options}
+        return optimize(model, *args, **chosen, **kw)
+
+    leaves = pytree.tree_leaves((tuple(inputs), dict(kwargs)))
+    return DynamicStrategy(build, tuple(inputs), kwargs, parse_dynamic(dynamic, leaves))
 
 
 def _kind(device: str) -> str:

@@ -58,6 +58,10 @@ class CallGuard:
                 self._running = False
                 self._cond.notify_all()
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def close(self) -> bool:
         """Refuse new calls and wait for the started ones; True for the caller that should free the
         resources (the first), False for later ones."""

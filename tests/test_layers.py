@@ -32,6 +32,7 @@ ORDER: list[set[str]] = [
     {"lanes"},
     {"tiles", "streams"},
     {"auto", "zoo"},
+    {"dynamic"},
     {"api", "saved"},
     {"bench", "backend"},
     {"cli"},
