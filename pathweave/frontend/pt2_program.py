@@ -38,7 +38,8 @@ _PRIVATE_OK = frozenset(
     "_native_batch_norm_legit_functional _scaled_dot_product_flash_attention_for_cpu "
     "_scaled_dot_product_efficient_attention _scaled_dot_product_flash_attention _unsafe_view "
     "_adaptive_avg_pool2d _prelu_kernel _upsample_bilinear2d_aa _upsample_nearest_exact2d "
-    "_local_scalar_dense _make_dep_token _weight_norm_interface _cdist_forward "
+    "_local_scalar_dense _make_dep_token _weight_norm_interface _weight_norm _cdist_forward "
+    "_upsample_bicubic2d_aa _upsample_nearest_exact1d _upsample_nearest_exact3d _adaptive_avg_pool3d "
     # Python's bitwise operators on tensors (Llama's and Qwen2's masks): element-wise, bounded
     "__and__ __or__ __xor__ __lshift__ __rshift__ __iand__ __ior__ __ixor__ __ilshift__ __irshift__".split()
 )
@@ -73,6 +74,8 @@ _EXPR_WORDS = frozenset(
     "RoundToInt RoundDecimal IsNonOverlappingAndDenseIndicator LShift RShift BitwiseFn_bitwise_and "
     "BitwiseFn_bitwise_or OpaqueUnaryFn_sqrt Identity floor ceiling oo zoo nan".split()
 )
+#: how torch's serializer writes the floats JSON has no literal for (``as_float``, ``as_floats``)
+_NONFINITE = frozenset({"Infinity", "-Infinity", "NaN"})
 #: keys whose strings are data, not names (repr'd into code or parsed as JSON by pytree)
 _FREE_TEXT = frozenset({"as_string", "as_strings", "in_spec", "out_spec", "torch_version", "context"})
 
@@ -96,6 +99,8 @@ def _walk(value: Any, path: list[str], where: str) -> Any:
             _check_expr(value, path, where)
         elif key in ("in_spec", "out_spec"):
             _check_spec(value, path, where)
+        elif key in ("as_float", "as_floats") and value in _NONFINITE:
+            pass  # -inf masks, NaN fills: torch reads these three words back as floats
         elif key not in _FREE_TEXT and not (key == "target" and _TARGET.fullmatch(value)):
             _check(NAME, value, path, where, "a name")
     return value

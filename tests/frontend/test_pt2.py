@@ -287,6 +287,36 @@ def test_bitwise_operators_of_decoder_masks_load(tmp_path: Path) -> None:
     torch.testing.assert_close(fast(*inputs), Masks()(*inputs))
 
 
+def test_non_finite_constants_load(tmp_path: Path) -> None:
+    class Masked(torch.nn.Module):  # attention masks fill with -inf; torch writes "-Infinity" in the JSON
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = x.masked_fill(x > 1, float("-inf")).clamp(max=float("inf"))
+            return y.softmax(-1) + x.masked_fill(x < -1, float("nan"))
+
+    x = torch.randn(3, 7)
+    path = tmp_path / "masked.pt2"
+    torch.export.save(torch.export.export(Masked(), (x,)), path)
+    fast = pathweave.optimize(path, x, strategy="sequential")
+    torch.testing.assert_close(fast(x), Masked()(x), equal_nan=True)
+
+
+def test_weight_norm_loads(tmp_path: Path) -> None:
+    conv = torch.nn.utils.parametrizations.weight_norm(torch.nn.Conv1d(4, 6, 3), dim=2)  # wav2vec2's stem
+    x = torch.randn(1, 4, 20)
+    path = tmp_path / "wn.pt2"
+    torch.export.save(torch.export.export(conv.eval(), (x,)), path)
+    with torch.no_grad():
+        torch.testing.assert_close(pathweave.optimize(path, x, strategy="sequential")(x), conv(x))
+
+
+@pytest.mark.parametrize("value", ["Infinity()", "__import__('os')", "-inf"])
+def test_only_the_three_float_words_pass(saved: Path, tmp_path: Path, value: str) -> None:
+    from pathweave.frontend.pt2_program import clean_program
+
+    with pytest.raises(InputError, match="not a name"):
+        clean_program({"inputs": [{"arg": {"as_float": value}}]}, "x.pt2")
+
+
 LAYOUTS = [("storage_offset", {"as_int": 1000}, "reaches element"),
            ("strides", [{"as_int": -1}, {"as_int": 1}], "plain tensor"),
            ("sizes", [{"as_int": 1 << 40}, {"as_int": 8}], "reaches")]  # fmt: skip
