@@ -445,7 +445,7 @@ def test_inplace_op_in_fx_graph_is_refused(outputs_close) -> None:
         pathweave.optimize(captured, strategy="lanes")
     with pytest.warns(UserWarning, match="lanes not possible, choosing among the others"):
         fast = pathweave.optimize(captured)
-    assert fast.strategy == "sequential"
+    assert fast.strategy in ("sequential", "tiles")  # whichever auto timed faster; never lanes
     with torch.no_grad():
         outputs_close(fast(x), model(x), 1e-5, 1e-5)
 
