@@ -443,9 +443,11 @@ def test_inplace_op_in_fx_graph_is_refused(outputs_close) -> None:
     assert "relu_" in str(info.value) and info.value.ops
     with pytest.raises(UnsupportedError, match="lanes need a functional graph"):
         pathweave.optimize(captured, strategy="lanes")
+    with pytest.raises(UnsupportedError, match="tiles need a functional graph, but node relu_"):
+        pathweave.optimize(captured, strategy="tiles")
     with pytest.warns(UserWarning, match="lanes not possible, choosing among the others"):
         fast = pathweave.optimize(captured)
-    assert fast.strategy in ("sequential", "tiles")  # whichever auto timed faster; never lanes
+    assert fast.strategy == "sequential"
     with torch.no_grad():
         outputs_close(fast(x), model(x), 1e-5, 1e-5)
 
