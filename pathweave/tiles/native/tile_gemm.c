@@ -136,8 +136,8 @@ void pw_gemm_packed(int64_t rows, int64_t cols, int64_t K, const float *wp, int6
 /* rows h * PW_RH .. of the panel, nv vectors of columns, the last under the mask tail where masked (whole
  * passes load plain: AVX2's masked load in the k loop, 256 x 1152 x 196 on one core, ~105 -> ~120 GFLOP/s) */
 PW_VTI void PW_V(kernel)(const int nv, const int masked, vmask tail, int h, int64_t kc, const float *a,
-                         const float *b, int64_t ldb, float *c, int64_t ldc, int i0, int i1, int first, int last, const float *bias,
-                         const float *res, int relu) {
+                         const float *b, int64_t ldb, float *c, int64_t ldc, int i0, int i1, int first, int last,
+                         const float *bias, const float *res, int relu) {
     vf acc[PW_RH][3];
 #pragma GCC unroll 8
     for (int i = 0; i < PW_RH; i++)
@@ -194,13 +194,17 @@ PW_VT static void PW_V(panel_pass)(int64_t cols, int64_t kc, const float *a, con
         for (int h = 0; h < PW_MR / PW_RH; h++) {
             if (PW_RH * h + PW_RH <= i0 || PW_RH * h >= i1) continue;
             if (n == 3 * PW_VW) /* a whole pass: no masked load in the k loop */
-                PW_V(kernel)(3, 0, tail, h, kc, a, b + p, ldb, c + p, ldc, i0, i1, first, last, bias, rp, relu);
+                PW_V(kernel)(3, 0, tail, h, kc, a, b + p, ldb, c + p, ldc, i0, i1, first, last, bias, rp,
+                             relu);
             else if (nv == 3)
-                PW_V(kernel)(3, 1, tail, h, kc, a, b + p, ldb, c + p, ldc, i0, i1, first, last, bias, rp, relu);
+                PW_V(kernel)(3, 1, tail, h, kc, a, b + p, ldb, c + p, ldc, i0, i1, first, last, bias, rp,
+                             relu);
             else if (nv == 2)
-                PW_V(kernel)(2, 1, tail, h, kc, a, b + p, ldb, c + p, ldc, i0, i1, first, last, bias, rp, relu);
+                PW_V(kernel)(2, 1, tail, h, kc, a, b + p, ldb, c + p, ldc, i0, i1, first, last, bias, rp,
+                             relu);
             else
-                PW_V(kernel)(1, 1, tail, h, kc, a, b + p, ldb, c + p, ldc, i0, i1, first, last, bias, rp, relu);
+                PW_V(kernel)(1, 1, tail, h, kc, a, b + p, ldb, c + p, ldc, i0, i1, first, last, bias, rp,
+                             relu);
         }
     }
 }
