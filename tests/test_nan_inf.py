@@ -344,15 +344,14 @@ def test_tile_kernels_on_every_instruction_set(name: str, isa: str) -> None:
 
 
 def test_winograd_with_infinite_inputs_on_every_instruction_set() -> None:
-    """Winograd tiles (built where the AVX-512 kernels run, the only place they are chosen) run under each
-    micro-kernel set: +-inf in gives eager's +-inf, not the NaN of inf - inf in the transforms."""
-    if tile_runtime.gemm_isa() != "avx512":
-        pytest.skip("the Winograd tiles are chosen only where the AVX-512 kernels run")
+    """Winograd tiles run under each micro-kernel set this CPU has: +-inf in gives eager's +-inf, not the
+    NaN of inf - inf in the transforms."""
     model, inputs = small_model("winograd")
     fn = build("tiles", model, inputs)
+    chosen = tile_runtime.gemm_isa()
     try:
         assert kernel_names(fn.program.layers).count("winograd") == 3
-        for isa in tile_runtime.GEMM_ISAS:
+        for isa in tile_runtime.runnable_gemm_isas():
             tile_runtime.use_gemm_isa(isa)
             check_kinds(fn, model, inputs, f"winograd tiles, {isa}")
             # an infinity in every block of a row, and one on the last (odd) row and column
@@ -362,7 +361,7 @@ def test_winograd_with_infinite_inputs_on_every_instruction_set() -> None:
             with torch.no_grad():
                 assert_same_nonfinite(fn(x), model(x), f"winograd tiles, {isa}, a row of inf")
     finally:
-        tile_runtime.use_gemm_isa("avx512")
+        tile_runtime.use_gemm_isa(chosen)
         close(fn)
 
 

@@ -83,7 +83,7 @@ from pathweave.tiles.rows import (
     packed_once,
     pad4,
 )
-from pathweave.tiles.runtime import gemm_isa, winograd_scratch
+from pathweave.tiles.runtime import winograd_scratch
 
 #: the element-wise kernel's activations by op name (those without parameters, which epilogues apply too)
 UNARY = {
@@ -146,9 +146,10 @@ def conv(t: LayerRow) -> int:
     lo, hi = t.graph.layer_tile_start[t.index], t.graph.layer_tile_start[t.index + 1]
     if np.any(t.graph.tile_lo[lo:hi, 3] != 0) or np.any(t.graph.tile_hi[lo:hi, 3] != out[3]):
         raise NoKernel("tiles must span whole output rows")
-    # narrow tiles and padded inputs take the transposed micro-kernel where the AVX-512 kernels run (with
-    # 8-float vectors the column tails waste little); it needs the weights in panels of its own height
-    layout = conv_layout(node, t.winograd_min_channels) if gemm_isa() == "avx512" else None
+    # narrow tiles and padded inputs take the transposed micro-kernel, 3x3 layers Winograd's, at every
+    # instruction set level (the C picks each kernel's width at run time); they need the weights in panels
+    # of the transposed kernel's height
+    layout = conv_layout(node, t.winograd_min_channels)
     if layout == "winograd" and is_constant(args["weight"]):
         return _winograd(t, w)
     if layout == "winograd":  # a weight given at run time: the direct kernels read it as it comes

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from pathweave.errors import ClosedError, ExecutionError, InputError, MissingDependencyError, UnsupportedError
+from pathweave.machine import cpu_isa
 from pathweave.tiles.abi import MAX_COLUMNS
 from pathweave.tiles.graph import TileGraph
 
@@ -325,6 +326,12 @@ def gemm_isa() -> str:
     lib = _library()
     lib.pw_gemm_isa.restype = ctypes.c_char_p
     return (lib.pw_gemm_isa() or b"").decode()
+
+
+def runnable_gemm_isas() -> tuple[str, ...]:
+    """The levels of ``GEMM_ISAS`` this CPU runs, widest first: its own (``machine.cpu_isa``, the level the
+    kernels pick unforced) and every one below it, so that tests can run each kernel family under each."""
+    return GEMM_ISAS[GEMM_ISAS.index(cpu_isa()) :]
 
 
 def use_gemm_isa(isa: str) -> None:

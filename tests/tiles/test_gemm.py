@@ -171,6 +171,8 @@ def test_linears_on_the_packed_kernels_over_several_column_pieces(outputs_close)
     (24, 32, 64, 80),  # rows of A further apart than k
     (26, 48, 700, 1024),  # rows 4 KiB apart: copied before the product, block by block
     (1, 16, 1, 1),
+    (3, 20, 33, 33),  # the last panel 4 columns, fewer than an AVX2 vector: its first vector alone
+    (17, 17, 17, 19),  # one column past a panel: AVX2's second vector of the last panel masked to 1
 ])  # fmt: skip
 def test_row_broadcast_product_matches_numpy(isa: str, rows: int, cols: int, k: int, lda: int) -> None:
     rng = np.random.default_rng(rows * cols + k)

@@ -394,8 +394,6 @@ def test_transposed_kernel_layers_on_every_instruction_set(
     from pathweave.tiles import runtime as tile_runtime
     from pathweave.tiles.abi import PACKS, S_WPACK_T
 
-    if tile_runtime.gemm_isa() != "avx512":
-        pytest.skip("the transposed micro-kernel is chosen only where the AVX-512 kernels run")
     monkeypatch.setattr(conv_layout, "PADDED_WIDTH_PER_PAD", 14)  # a 3x3 window over 7x7 on "narrow" (im2col)
     torch.manual_seed(0)
     net = model().eval()
@@ -408,14 +406,15 @@ def test_transposed_kernel_layers_on_every_instruction_set(
         assert any(int(lo) % 16 for lo in g.tile_lo[:, 1])  # some channel tile starts inside a panel
     assert {k: kinds.count(PACKS[k]) for k in layouts} == layouts
     assert len(strat.graph.grid(0)[2]) > row_tiles  # the first layer's row tiles
+    chosen = tile_runtime.gemm_isa()
     try:
-        for isa in tile_runtime.GEMM_ISAS:  # the weights stay packed for it; other sets take the C loops
+        for isa in tile_runtime.runnable_gemm_isas():  # the weights stay packed; each level its own kernels
             tile_runtime.use_gemm_isa(isa)
             x = torch.randn(shape, generator=torch.Generator().manual_seed(len(isa)))
             with torch.no_grad():
                 outputs_close(strat(x), net(x), rtol=1e-4, atol_scale=1e-5)
     finally:
-        tile_runtime.use_gemm_isa("avx512")
+        tile_runtime.use_gemm_isa(chosen)
         strat.close()
 
 

@@ -19,12 +19,6 @@ from pathweave.tiles.strategy import TilesStrategy
 WINOGRAD = PACKS["winograd"]
 
 
-avx512 = pytest.mark.skipif(
-    "tile_runtime.gemm_isa() != 'avx512'",
-    reason="the Winograd tiles are chosen only where the AVX-512 kernels run",
-)
-
-
 class _Blocks(torch.nn.Module):
     """Three Winograd layers (on maps at least 14 wide): padding 1 with ReLU, padding 0 (the map shrinks
     by 2), padding 1 with a residual and ReLU; then one 3x3 of 16 input channels that stays direct."""
@@ -47,7 +41,6 @@ def _layers(strat: TilesStrategy, kind: int) -> list[int]:
     return [i for i, k in enumerate(strat.program.layers[:, S_WPACK_T].tolist()) if k == kind]
 
 
-@avx512
 @pytest.mark.parametrize(("shape", "tiles", "threads"), [
     ((1, 32, 16, 18), None, 2),  # the default tiles
     ((1, 32, 17, 17), None, 1),  # odd height and width: a discarded row and column
@@ -77,23 +70,22 @@ def test_winograd_layers_match_eager(shape: tuple, tiles: int | None, threads: i
         strat.close()
 
 
-@avx512
 def test_winograd_on_every_instruction_set(outputs_close) -> None:
     torch.manual_seed(1)
     net = _Blocks().eval()
     x = torch.randn(1, 32, 13, 18)
     strat = TilesStrategy(pathweave.capture(net, x), threads=2, tiles_per_layer=8)
+    chosen = tile_runtime.gemm_isa()
     try:
-        for isa in tile_runtime.GEMM_ISAS:  # the weights stay packed; other sets take the C loops
+        for isa in tile_runtime.runnable_gemm_isas():  # the weights stay packed; each level its own kernels
             tile_runtime.use_gemm_isa(isa)
             with torch.no_grad():
                 outputs_close(strat(x), net(x), rtol=1e-4, atol_scale=1e-5)
     finally:
-        tile_runtime.use_gemm_isa("avx512")
+        tile_runtime.use_gemm_isa(chosen)
         strat.close()
 
 
-@avx512
 def test_channel_tiles_share_the_transformed_input(outputs_close) -> None:
     """Tiles asked for beyond one per row split the channels too: the tiles after the first over the
     same rows reuse its transformed input (by default the row pieces span every channel)."""
@@ -112,7 +104,6 @@ def test_channel_tiles_share_the_transformed_input(outputs_close) -> None:
         strat.close()
 
 
-@avx512
 @pytest.mark.parametrize("conv", [
     torch.nn.Conv2d(32, 32, 3, padding=1, stride=2),
     torch.nn.Conv2d(32, 32, 3, padding=2, dilation=2),
@@ -129,7 +120,6 @@ def test_other_convolutions_stay_direct(conv: torch.nn.Module) -> None:
         strat.close()
 
 
-@avx512
 def test_seven_wide_maps_stay_direct() -> None:
     conv = torch.nn.Conv2d(64, 64, 3, padding=1).eval()
     strat = TilesStrategy(pathweave.capture(conv, torch.randn(1, 64, 7, 7)), threads=1)
@@ -139,7 +129,6 @@ def test_seven_wide_maps_stay_direct() -> None:
         strat.close()
 
 
-@avx512
 def test_the_transform_is_rebuilt_for_each_image_and_run(outputs_close) -> None:
     """One tile spans both images (same rows: the kept transform is the other image's) and a second
     run brings new inputs (same layer, image and rows as the first run's)."""
@@ -155,7 +144,6 @@ def test_the_transform_is_rebuilt_for_each_image_and_run(outputs_close) -> None:
         strat.close()
 
 
-@avx512
 def test_a_weight_given_at_run_time_stays_direct(outputs_close) -> None:
     class _WeightInput(torch.nn.Module):
         def forward(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -183,7 +171,6 @@ def test_weight_transform_is_g_g_gt() -> None:
     assert not packed[1::2, :, 4:].any()  # rows past the 20 channels are zero
 
 
-@avx512
 def test_kernel_names_name_each_convolution_path() -> None:
     net = torch.nn.Sequential(
         torch.nn.Conv2d(32, 32, 3, padding=1),  # winograd
@@ -198,7 +185,6 @@ def test_kernel_names_name_each_convolution_path() -> None:
         strat.close()
 
 
-@avx512
 def test_winograd_min_channels_turns_winograd_off(outputs_close) -> None:
     """The strategy option that replaced the module global: ``winograd_min_channels=10**9`` runs every
     3x3 layer direct (on their own row pieces, not Winograd's even ones), with the same results."""

@@ -2,13 +2,15 @@
  *
  * A micro-kernel computes PW_MR rows x up to 3 vectors of columns over a block of k: per k it loads the
  * columns of B (contiguous in a row of B), broadcasts each row's weight and accumulates with FMAs, all
- * in registers (AVX-512: 8 x 3 accumulators of 16 floats; AVX2: 4 x 3 of 8, twice per panel). Column
+ * in registers (AVX-512: 8 x 3 accumulators of 16 floats; AVX2: 4 x 3 of 8, twice per panel), one
+ * source for both widths (tile_simd.h; the file includes its kernel section once per width). Column
  * tails use masked loads and stores, so any tile width runs the same code. Columns and k are blocked
  * (PW_NC, PW_KC) so that a block of B stays in L2 while every panel of the tile passes over it.
  * Software prefetches run ahead on the weights (they stream from memory: ResNet-50 reads 100 MB of them
  * per inference) and on the rows of B; in ResNet-50 they took the products in place from ~115 to
  * ~170 GFLOP/s per core.
  */
+#ifndef PW_VW /* the file's body; the vector kernels are at its end, included once per width */
 #include "tile_gemm.h"
 
 #include <stddef.h>
@@ -26,151 +28,13 @@ static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define PW_X86 1
-#include <immintrin.h>
-
-/* ---- AVX-512 -------------------------------------------------------------------------------------- */
-
-__attribute__((target("avx512f"), always_inline)) static inline void
-kernel512(const int nv, __mmask16 tail, int64_t kc, const float *a, const float *b, int64_t ldb, float *c,
-          int64_t ldc, int i0, int i1, int first, int last, const float *bias, const float *res, int relu) {
-    __m512 acc[PW_MR][3];
-#pragma GCC unroll 8
-    for (int i = 0; i < PW_MR; i++)
-#pragma GCC unroll 3
-        for (int v = 0; v < nv; v++) acc[i][v] = _mm512_setzero_ps();
-    for (int64_t k = 0; k < kc; k++) {
-        __m512 bv[3];
-        const float *bk = b + k * ldb;
-#pragma GCC unroll 3
-        for (int v = 0; v < nv; v++)
-            bv[v] = v == nv - 1 ? _mm512_maskz_loadu_ps(tail, bk + 16 * v) : _mm512_loadu_ps(bk + 16 * v);
-        const float *ak = a + k * PW_MR;
-        _mm_prefetch((const char *)(ak + PW_PREFETCH_A * PW_MR), _MM_HINT_T0);
-#pragma GCC unroll 3
-        for (int v = 0; v < nv; v++) _mm_prefetch((const char *)(bk + PW_PREFETCH_B * ldb + 16 * v), _MM_HINT_T0);
-#pragma GCC unroll 8
-        for (int i = 0; i < PW_MR; i++) {
-            const __m512 w = _mm512_set1_ps(ak[i]);
-#pragma GCC unroll 3
-            for (int v = 0; v < nv; v++) acc[i][v] = _mm512_fmadd_ps(w, bv[v], acc[i][v]);
-        }
-    }
-    const __m512 zero = _mm512_setzero_ps();
-#pragma GCC unroll 8
-    for (int i = 0; i < PW_MR; i++) {
-        if (i < i0 || i >= i1) continue;
-        float *cr = c + (int64_t)(i - i0) * ldc;
-        const float *rr = res ? res + (int64_t)(i - i0) * ldc : NULL;
-#pragma GCC unroll 3
-        for (int v = 0; v < nv; v++) {
-            const __mmask16 m = v == nv - 1 ? tail : (__mmask16)0xFFFF;
-            __m512 x = acc[i][v];
-            if (!first) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(m, cr + 16 * v));
-            if (last) {
-                if (bias) x = _mm512_add_ps(x, _mm512_set1_ps(bias[i - i0]));
-                if (rr) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(m, rr + 16 * v));
-                if (relu) x = _mm512_max_ps(zero, x); /* max(0, NaN) is NaN: the second operand */
-            }
-            _mm512_mask_storeu_ps(cr + 16 * v, m, x);
-        }
-    }
-}
-
-__attribute__((target("avx512f"))) static void
-panel_pass512(int64_t cols, int64_t kc, const float *a, const float *b, int64_t ldb, float *c, int64_t ldc,
-              int i0, int i1, int first, int last, const float *bias, const float *res, int relu) {
-    for (int64_t p = 0; p < cols; p += 48) {
-        const int64_t n = min64(48, cols - p);
-        const int nv = (int)((n + 15) / 16);
-        const int rem = (int)(n - 16 * (nv - 1));
-        const __mmask16 tail = (__mmask16)(rem == 16 ? 0xFFFF : (1u << rem) - 1);
-        const float *rp = res ? res + p : NULL;
-        if (nv == 3)
-            kernel512(3, tail, kc, a, b + p, ldb, c + p, ldc, i0, i1, first, last, bias, rp, relu);
-        else if (nv == 2)
-            kernel512(2, tail, kc, a, b + p, ldb, c + p, ldc, i0, i1, first, last, bias, rp, relu);
-        else
-            kernel512(1, tail, kc, a, b + p, ldb, c + p, ldc, i0, i1, first, last, bias, rp, relu);
-    }
-}
-
-/* ---- AVX2 + FMA ----------------------------------------------------------------------------------- */
-
-__attribute__((target("avx2,fma"))) static inline __m256i tail_mask256(int rem) {
-    const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32(rem), lanes);
-}
-
-/* rows h*4 .. h*4+3 of the panel */
-__attribute__((target("avx2,fma"), always_inline)) static inline void
-kernel256(const int nv, __m256i tail, int h, int64_t kc, const float *a, const float *b, int64_t ldb, float *c,
-          int64_t ldc, int i0, int i1, int first, int last, const float *bias, const float *res, int relu) {
-    __m256 acc[4][3];
-    const __m256i all = _mm256_set1_epi32(-1);
-#pragma GCC unroll 4
-    for (int i = 0; i < 4; i++)
-#pragma GCC unroll 3
-        for (int v = 0; v < nv; v++) acc[i][v] = _mm256_setzero_ps();
-    for (int64_t k = 0; k < kc; k++) {
-        __m256 bv[3];
-        const float *bk = b + k * ldb;
-#pragma GCC unroll 3
-        for (int v = 0; v < nv; v++)
-            bv[v] = v == nv - 1 ? _mm256_maskload_ps(bk + 8 * v, tail) : _mm256_loadu_ps(bk + 8 * v);
-        const float *ak = a + k * PW_MR + 4 * h;
-        _mm_prefetch((const char *)(ak + PW_PREFETCH_A * PW_MR), _MM_HINT_T0);
-#pragma GCC unroll 3
-        for (int v = 0; v < nv; v++) _mm_prefetch((const char *)(bk + PW_PREFETCH_B * ldb + 8 * v), _MM_HINT_T0);
-#pragma GCC unroll 4
-        for (int i = 0; i < 4; i++) {
-            const __m256 w = _mm256_broadcast_ss(ak + i);
-#pragma GCC unroll 3
-            for (int v = 0; v < nv; v++) acc[i][v] = _mm256_fmadd_ps(w, bv[v], acc[i][v]);
-        }
-    }
-    const __m256 zero = _mm256_setzero_ps();
-#pragma GCC unroll 4
-    for (int i = 0; i < 4; i++) {
-        const int lane = 4 * h + i;
-        if (lane < i0 || lane >= i1) continue;
-        float *cr = c + (int64_t)(lane - i0) * ldc;
-        const float *rr = res ? res + (int64_t)(lane - i0) * ldc : NULL;
-#pragma GCC unroll 3
-        for (int v = 0; v < nv; v++) {
-            const __m256i m = v == nv - 1 ? tail : all;
-            __m256 x = acc[i][v];
-            if (!first) x = _mm256_add_ps(x, _mm256_maskload_ps(cr + 8 * v, m));
-            if (last) {
-                if (bias) x = _mm256_add_ps(x, _mm256_set1_ps(bias[lane - i0]));
-                if (rr) x = _mm256_add_ps(x, _mm256_maskload_ps(rr + 8 * v, m));
-                if (relu) x = _mm256_max_ps(zero, x);
-            }
-            _mm256_maskstore_ps(cr + 8 * v, m, x);
-        }
-    }
-}
-
-__attribute__((target("avx2,fma"))) static void
-panel_pass256(int64_t cols, int64_t kc, const float *a, const float *b, int64_t ldb, float *c, int64_t ldc,
-              int i0, int i1, int first, int last, const float *bias, const float *res, int relu) {
-    for (int64_t p = 0; p < cols; p += 24) {
-        const int64_t n = min64(24, cols - p);
-        const int nv = (int)((n + 7) / 8);
-        const __m256i tail = tail_mask256((int)(n - 8 * (nv - 1)));
-        const float *rp = res ? res + p : NULL;
-        for (int h = 0; h < 2; h++) {
-            if (4 * h + 4 <= i0 || 4 * h >= i1) continue;
-            if (nv == 3)
-                kernel256(3, tail, h, kc, a, b + p, ldb, c + p, ldc, i0, i1, first, last, bias, rp, relu);
-            else if (nv == 2)
-                kernel256(2, tail, h, kc, a, b + p, ldb, c + p, ldc, i0, i1, first, last, bias, rp, relu);
-            else
-                kernel256(1, tail, h, kc, a, b + p, ldb, c + p, ldc, i0, i1, first, last, bias, rp, relu);
-        }
-    }
-}
-
-#endif /* x86-64 */
+#define PW_VW 16
+#include "tile_gemm.c" /* the kernel below for AVX-512 */
+#undef PW_VW
+#define PW_VW 8
+#include "tile_gemm.c" /* and for AVX2 */
+#undef PW_VW
+#endif
 
 /* ---- any CPU -------------------------------------------------------------------------------------- */
 
@@ -199,8 +63,8 @@ typedef void (*panel_fn)(int64_t, int64_t, const float *, const float *, int64_t
 static panel_fn pick(const char **isa) {
 #ifdef PW_X86
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f")) return *isa = "avx512", panel_pass512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return *isa = "avx2", panel_pass256;
+    if (__builtin_cpu_supports("avx512f")) return *isa = "avx512", panel_pass_16;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return *isa = "avx2", panel_pass_8;
 #endif
     return *isa = "generic", panel_pass_generic;
 }
@@ -219,16 +83,19 @@ const char *pw_gemm_isa(void) {
     return __atomic_load_n(&chosen_isa, __ATOMIC_RELAXED);
 }
 
-int pw_gemm_wide(void) { return pw_gemm_isa()[0] == 'a' && pw_gemm_isa()[3] == '5'; }
+int pw_vec_width(void) {
+    const char *isa = pw_gemm_isa();
+    return !strcmp(isa, "avx512") ? 16 : !strcmp(isa, "avx2") ? 8 : 0;
+}
 
 int pw_gemm_force(const char *isa) {
     panel_fn fn = NULL;
     const char *name = NULL;
 #ifdef PW_X86
     __builtin_cpu_init();
-    if (!strcmp(isa, "avx512") && __builtin_cpu_supports("avx512f")) fn = panel_pass512, name = "avx512";
+    if (!strcmp(isa, "avx512") && __builtin_cpu_supports("avx512f")) fn = panel_pass_16, name = "avx512";
     if (!strcmp(isa, "avx2") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-        fn = panel_pass256, name = "avx2";
+        fn = panel_pass_8, name = "avx2";
 #endif
     if (!strcmp(isa, "generic")) fn = panel_pass_generic, name = "generic";
     if (!fn) return 1;
@@ -258,3 +125,88 @@ void pw_gemm_packed(int64_t rows, int64_t cols, int64_t K, const float *wp, int6
         }
     }
 }
+
+#else /* PW_VW: the micro-kernel of one vector width, included twice by the body above */
+#include "tile_simd.h"
+
+/* rows of one register block: AVX-512's 32 registers hold a whole panel (8 rows x 3 vectors of 16
+ * accumulators, 3 of B, 1 broadcast), AVX2's 16 half of one (4 x 3 of 8, 3, 1) */
+#define PW_RH (PW_VW == 16 ? PW_MR : 4)
+
+/* rows h * PW_RH .. of the panel, nv vectors of columns, the last under the mask tail where masked (whole
+ * passes load plain: AVX2's masked load in the k loop, 256 x 1152 x 196 on one core, ~105 -> ~120 GFLOP/s) */
+PW_VTI void PW_V(kernel)(const int nv, const int masked, vmask tail, int h, int64_t kc, const float *a,
+                         const float *b, int64_t ldb, float *c, int64_t ldc, int i0, int i1, int first, int last,
+                         const float *bias, const float *res, int relu) {
+    vf acc[PW_RH][3];
+#pragma GCC unroll 8
+    for (int i = 0; i < PW_RH; i++)
+#pragma GCC unroll 3
+        for (int v = 0; v < nv; v++) acc[i][v] = VZERO();
+    for (int64_t k = 0; k < kc; k++) {
+        vf bv[3];
+        const float *bk = b + k * ldb;
+#pragma GCC unroll 3
+        for (int v = 0; v < nv; v++)
+            bv[v] = masked && v == nv - 1 ? VLOADZ_M(tail, bk + PW_VW * v) : VLOAD(bk + PW_VW * v);
+        const float *ak = a + k * PW_MR + PW_RH * h;
+        _mm_prefetch((const char *)(ak + PW_PREFETCH_A * PW_MR), _MM_HINT_T0);
+#pragma GCC unroll 3
+        for (int v = 0; v < nv; v++)
+            _mm_prefetch((const char *)(bk + PW_PREFETCH_B * ldb + PW_VW * v), _MM_HINT_T0);
+#pragma GCC unroll 8
+        for (int i = 0; i < PW_RH; i++) {
+            const vf w = VSET1(ak[i]);
+#pragma GCC unroll 3
+            for (int v = 0; v < nv; v++) acc[i][v] = VFMA(w, bv[v], acc[i][v]);
+        }
+    }
+    const vf zero = VZERO();
+#pragma GCC unroll 8
+    for (int i = 0; i < PW_RH; i++) {
+        const int lane = PW_RH * h + i;
+        if (lane < i0 || lane >= i1) continue;
+        float *cr = c + (int64_t)(lane - i0) * ldc;
+        const float *rr = res ? res + (int64_t)(lane - i0) * ldc : NULL;
+#pragma GCC unroll 3
+        for (int v = 0; v < nv; v++) {
+            const vmask m = v == nv - 1 ? tail : VMASK_ALL;
+            vf x = acc[i][v];
+            if (!first) x = VADD(x, VLOADZ_M(m, cr + PW_VW * v));
+            if (last) {
+                if (bias) x = VADD(x, VSET1(bias[lane - i0]));
+                if (rr) x = VADD(x, VLOADZ_M(m, rr + PW_VW * v));
+                if (relu) x = VMAX(zero, x); /* max(0, NaN) is NaN: the second operand */
+            }
+            VSTORE_M(cr + PW_VW * v, m, x);
+        }
+    }
+}
+
+PW_VT static void PW_V(panel_pass)(int64_t cols, int64_t kc, const float *a, const float *b, int64_t ldb, float *c,
+                                   int64_t ldc, int i0, int i1, int first, int last, const float *bias,
+                                   const float *res, int relu) {
+    for (int64_t p = 0; p < cols; p += 3 * PW_VW) {
+        const int64_t n = min64(3 * PW_VW, cols - p);
+        const int nv = (int)((n + PW_VW - 1) / PW_VW);
+        const vmask tail = VMASK_N(n - PW_VW * (nv - 1));
+        const float *rp = res ? res + p : NULL;
+        for (int h = 0; h < PW_MR / PW_RH; h++) {
+            if (PW_RH * h + PW_RH <= i0 || PW_RH * h >= i1) continue;
+            if (n == 3 * PW_VW) /* a whole pass: no masked load in the k loop */
+                PW_V(kernel)(3, 0, tail, h, kc, a, b + p, ldb, c + p, ldc, i0, i1, first, last, bias, rp,
+                             relu);
+            else if (nv == 3)
+                PW_V(kernel)(3, 1, tail, h, kc, a, b + p, ldb, c + p, ldc, i0, i1, first, last, bias, rp,
+                             relu);
+            else if (nv == 2)
+                PW_V(kernel)(2, 1, tail, h, kc, a, b + p, ldb, c + p, ldc, i0, i1, first, last, bias, rp,
+                             relu);
+            else
+                PW_V(kernel)(1, 1, tail, h, kc, a, b + p, ldb, c + p, ldc, i0, i1, first, last, bias, rp,
+                             relu);
+        }
+    }
+}
+#undef PW_RH
+#endif /* PW_VW */

@@ -71,7 +71,7 @@ void pw_gemm_rows(int64_t rows, int64_t cols, int64_t K, const float *a, int64_t
  * the last discarded sums read past them, rounded up to 16 (what follows is 64-byte aligned) */
 static inline int64_t pw_padded_floats(int64_t C, int64_t plane, int64_t kw) { return (C * plane + kw + 15) / 16 * 16; }
 
-/* 1 when the chosen kernels are the AVX-512 ones */
-int pw_gemm_wide(void);
+/* floats per vector of the chosen kernels: 16 (AVX-512), 8 (AVX2) or 0 (the generic C loops) */
+int pw_vec_width(void);
 
 #endif

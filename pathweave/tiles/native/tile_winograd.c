@@ -23,6 +23,7 @@
  * holds one are computed again directly. NaN needs nothing: each point of the transforms reaches exactly
  * the outputs whose 3x3 windows hold the input it came from, and NaN stays NaN through sums.
  */
+#ifndef PW_VW /* the file's body; the vector output transform is at its end, included once per width */
 #include <stdint.h>
 #include <string.h>
 
@@ -185,62 +186,13 @@ static void redo_inf_blocks(const int64_t *L, const float *xn, int64_t oh0, int6
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
-#include "tile_simd.h"
-
-/* A^T M A from the products' sums as they lie (position t's channels at m[t * tld + q], points ms
- * floats apart), along 16 channels at a time, for both rows of each pair; 8 blocks (16 output
- * columns) of a row are transposed 16 x 16 in registers into 16 channel rows, then bias, residual,
- * ReLU and a masked store: no pass over M in the channels-major layout. oc, rc: channel o0's plane. */
-__attribute__((target("avx512f"))) static void
-output_wide(const float *m, int64_t ms, int64_t tld, int64_t row_skip, int64_t rows, int64_t pairs, int64_t TW,
-            int64_t oh0, int64_t oh1, int64_t OW, int64_t plane, float *oc, const float *rc, const float *bias,
-            int relu) {
-    const __m512 zero = _mm512_setzero_ps();
-    for (int64_t p = 0; p < pairs; p++) {
-        const int64_t oh = oh0 + 2 * p, second = oh + 1 < oh1;
-        for (int64_t q0 = 0; q0 < row_skip + rows; q0 += 16)
-            for (int64_t c0 = 0; c0 < OW; c0 += 16) {
-                __m512 r0[16], r1[16];
-                for (int jj = 0; jj < 8; jj++) {
-                    const int64_t j = c0 / 2 + jj;
-                    if (j >= TW) {
-                        r0[2 * jj] = r0[2 * jj + 1] = r1[2 * jj] = r1[2 * jj + 1] = zero;
-                        continue;
-                    }
-                    const float *mt = m + (p * TW + j) * tld + q0;
-                    __m512 s[4][2];
-                    for (int i = 0; i < 4; i++) {
-                        const float *mi = mt + 4 * i * ms;
-                        const __m512 m0 = _mm512_loadu_ps(mi), m1 = _mm512_loadu_ps(mi + ms);
-                        const __m512 m2 = _mm512_loadu_ps(mi + 2 * ms), m3 = _mm512_loadu_ps(mi + 3 * ms);
-                        s[i][0] = _mm512_add_ps(_mm512_add_ps(m0, m1), m2);
-                        s[i][1] = _mm512_sub_ps(_mm512_sub_ps(m1, m2), m3);
-                    }
-                    for (int q = 0; q < 2; q++) {
-                        r0[2 * jj + q] = _mm512_add_ps(_mm512_add_ps(s[0][q], s[1][q]), s[2][q]);
-                        r1[2 * jj + q] = _mm512_sub_ps(_mm512_sub_ps(s[1][q], s[2][q]), s[3][q]);
-                    }
-                }
-                transpose16(r0);
-                if (second) transpose16(r1);
-                const int64_t n = OW - c0 < 16 ? OW - c0 : 16;
-                const __mmask16 mask = (__mmask16)(n == 16 ? 0xFFFF : (1u << n) - 1);
-                for (int i = 0; i < 16; i++) {
-                    const int64_t row = q0 + i - row_skip;
-                    if (row < 0 || row >= rows) continue;
-                    const __m512 b = _mm512_set1_ps(bias ? bias[row] : 0.0f);
-                    for (int h = 0; h <= second; h++) {
-                        const int64_t at = row * plane + (oh + h) * OW + c0;
-                        __m512 x = _mm512_add_ps(h ? r1[i] : r0[i], b);
-                        if (rc) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mask, rc + at));
-                        if (relu) x = _mm512_max_ps(zero, x); /* max(0, NaN) is NaN: the second operand */
-                        _mm512_mask_storeu_ps(oc + at, mask, x);
-                    }
-                }
-            }
-    }
-}
-#define PW_WINO_WIDE 1
+#define PW_WINO_X86 1
+#define PW_VW 16
+#include "tile_winograd.c" /* the output transform at the end of this file for AVX-512 */
+#undef PW_VW
+#define PW_VW 8
+#include "tile_winograd.c" /* and for AVX2 */
+#undef PW_VW
 #endif
 
 int64_t pw_winograd_scratch(int64_t C, int64_t rows, int64_t channels, int64_t OW) {
@@ -282,12 +234,14 @@ void pw_conv_winograd(const int64_t *L, const float *xn, float *scratch, int64_t
     }
     const int relu = L[S_ACT] == PW_ACT_RELU;
     const float *w0 = wp + (o0 / PW_TR) * C * PW_TR;
-#ifdef PW_WINO_WIDE
-    if (pw_gemm_wide()) { /* the sums as they lie, each point's T x tld */
+#ifdef PW_WINO_X86
+    const int vw = pw_vec_width();
+    if (vw) { /* the sums as they lie, each point's T x tld */
         for (int pt = 0; pt < 16; pt++)
             pw_gemm_packed_t_sums(rows, T, C, w0 + pt * panels * C * PW_TR, skip, v + pt * vs, T, m + pt * ms);
-        output_wide(m, ms, tld, skip, rows, pairs, TW, oh0, oh1, OW, OH * OW, on + o0 * OH * OW,
-                    rn ? rn + o0 * OH * OW : NULL, bias ? bias + o0 : NULL, relu);
+        (vw == 16 ? output_wide_16 : output_wide_8)(m, ms, tld, skip, rows, pairs, TW, oh0, oh1, OW, OH * OW,
+                                                    on + o0 * OH * OW, rn ? rn + o0 * OH * OW : NULL,
+                                                    bias ? bias + o0 : NULL, relu);
         if (key[6]) redo_inf_blocks(L, xn, oh0, oh1, o0, o1, on, rn);
         return;
     }
@@ -308,3 +262,59 @@ void pw_conv_winograd(const int64_t *L, const float *xn, float *scratch, int64_t
     }
     if (key[6]) redo_inf_blocks(L, xn, oh0, oh1, o0, o1, on, rn);
 }
+
+#else /* PW_VW: the output transform of one vector width, included twice by the body above */
+#include "tile_simd.h"
+
+/* A^T M A from the products' sums as they lie (position t's channels at m[t * tld + q], points ms
+ * floats apart), along PW_VW channels at a time, for both rows of each pair; PW_VW / 2 blocks (PW_VW
+ * output columns) of a row are transposed in registers into PW_VW channel rows, then bias, residual,
+ * ReLU and a masked store: no pass over M in the channels-major layout. oc, rc: channel o0's plane. */
+PW_VT static void PW_V(output_wide)(const float *m, int64_t ms, int64_t tld, int64_t row_skip, int64_t rows,
+                                    int64_t pairs, int64_t TW, int64_t oh0, int64_t oh1, int64_t OW, int64_t plane,
+                                    float *oc, const float *rc, const float *bias, int relu) {
+    const vf zero = VZERO();
+    for (int64_t p = 0; p < pairs; p++) {
+        const int64_t oh = oh0 + 2 * p, second = oh + 1 < oh1;
+        for (int64_t q0 = 0; q0 < row_skip + rows; q0 += PW_VW)
+            for (int64_t c0 = 0; c0 < OW; c0 += PW_VW) {
+                vf r0[PW_VW], r1[PW_VW];
+                for (int jj = 0; jj < PW_VW / 2; jj++) {
+                    const int64_t j = c0 / 2 + jj;
+                    if (j >= TW) {
+                        r0[2 * jj] = r0[2 * jj + 1] = r1[2 * jj] = r1[2 * jj + 1] = zero;
+                        continue;
+                    }
+                    const float *mt = m + (p * TW + j) * tld + q0;
+                    vf s[4][2];
+                    for (int i = 0; i < 4; i++) {
+                        const float *mi = mt + 4 * i * ms;
+                        const vf m0 = VLOAD(mi), m1 = VLOAD(mi + ms), m2 = VLOAD(mi + 2 * ms), m3 = VLOAD(mi + 3 * ms);
+                        s[i][0] = VADD(VADD(m0, m1), m2);
+                        s[i][1] = VSUB(VSUB(m1, m2), m3);
+                    }
+                    for (int q = 0; q < 2; q++) {
+                        r0[2 * jj + q] = VADD(VADD(s[0][q], s[1][q]), s[2][q]);
+                        r1[2 * jj + q] = VSUB(VSUB(s[1][q], s[2][q]), s[3][q]);
+                    }
+                }
+                PW_V(transpose)(r0);
+                if (second) PW_V(transpose)(r1);
+                const int64_t n = OW - c0 < PW_VW ? OW - c0 : PW_VW;
+                const vmask mask = VMASK_N(n);
+                for (int i = 0; i < PW_VW; i++) {
+                    const int64_t row = q0 + i - row_skip;
+                    if (row < 0 || row >= rows) continue;
+                    const vf b = VSET1(bias ? bias[row] : 0.0f);
+                    for (int h = 0; h <= second; h++) {
+                        const int64_t at = row * plane + (oh + h) * OW + c0;
+                        vf x = VADD(h ? r1[i] : r0[i], b);
+                        if (rc) x = VADD(x, VLOADZ_M(mask, rc + at));
+                        if (relu) x = VMAX(zero, x); /* max(0, NaN) is NaN: the second operand */
+                        VSTORE_M(oc + at, mask, x);
+                    }
+                }
+            }
+    }
+}
+#endif /* PW_VW */

@@ -1,0 +1,125 @@
+"""Each vector kernel family of the tiles (native/tile_simd.h's widths: the pools, the transposed
+micro-kernel's padded and narrow convolutions, Winograd's) against eager under every instruction set level
+this CPU runs, on odd sizes (1, 3, 17, 33 columns: vector tails of both widths), strided and channels-last
+inputs, and NaN and +-inf where eager propagates them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+import pathweave
+from pathweave.tiles import runtime as tile_runtime
+from pathweave.tiles.abi import PACKS, S_WPACK_T
+from pathweave.tiles.strategy import TilesStrategy
+
+
+@pytest.fixture(params=tile_runtime.GEMM_ISAS)
+def level(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The level forced for the whole test (build and run), skipped where this CPU lacks it."""
+    if request.param not in tile_runtime.runnable_gemm_isas():
+        pytest.skip(f"this CPU has no {request.param}")
+    chosen = tile_runtime.gemm_isa()
+    tile_runtime.use_gemm_isa(request.param)
+    try:
+        yield request.param
+    finally:
+        tile_runtime.use_gemm_isa(chosen)
+
+
+class _Pools(torch.nn.Module):
+    """The vector pools (3x3 stride 1 max and avg with count_include_pad, 3x3 and 2x2 stride-2 max) and
+    the same over a strided view (a channel slice: rows a plane apart, the plane not the tensor's)."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        f = torch.nn.functional
+        v = x[:, 1:]
+        return (
+            f.max_pool2d(x, 3, 1, 1),
+            f.avg_pool2d(x, 3, 1, 1),
+            f.max_pool2d(x, 3, 2, 1),
+            f.max_pool2d(x, 3, 2, 0, ceil_mode=True),
+            f.max_pool2d(x, 2, 2),
+            f.max_pool2d(v, 3, 1, 1),
+            f.max_pool2d(v, 3, 2, 1),
+        )
+
+
+def _nonfinite(shape: tuple, seed: int) -> torch.Tensor:
+    """Random input with a NaN, a +inf and a -inf in the first channel (the others stay finite)."""
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(seed))
+    x[0, 0, 0, -1] = float("nan")
+    x[0, 0, -1, 0] = float("inf")
+    x[0, 0, shape[2] // 2, shape[3] // 2] = float("-inf")
+    return x
+
+
+def _same(got: object, want: object) -> None:
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5, equal_nan=True)
+
+
+@pytest.mark.parametrize("shape", [(1, 2, 3, 3), (1, 3, 3, 17), (2, 4, 17, 33), (1, 5, 33, 3)])
+def test_pools_match_eager(level: str, shape: tuple) -> None:
+    net = _Pools().eval()
+    strat = TilesStrategy(pathweave.capture(net, torch.randn(shape)), threads=2)
+    try:
+        for seed in range(2):
+            x = _nonfinite(shape, seed)
+            with torch.no_grad():
+                _same(strat(x), net(x))
+    finally:
+        strat.close()
+
+
+def test_pools_read_a_channels_last_input(level: str) -> None:
+    """A channels-last input is copied to the kernels' layout on the way in; the outputs stay eager's."""
+    net = _Pools().eval()
+    x = _nonfinite((2, 4, 17, 33), 3).to(memory_format=torch.channels_last)
+    strat = TilesStrategy(pathweave.capture(net, x), threads=2)
+    try:
+        with torch.no_grad():
+            _same(strat(x), net(x))
+    finally:
+        strat.close()
+
+
+class _Convs(torch.nn.Module):
+    """Winograd 3x3s (at least 32 channels in and out; ReLU and a residual in the store), a stride-2 1x1
+    and a 3x3 on the transposed kernel over their input as it lies and a zero-padded copy of it (the
+    narrow layout has its own test, every level, in test_strategy.py)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Conv2d(24, 32, 3, padding=1)
+        self.b = torch.nn.Conv2d(32, 32, 3, padding=1)
+        self.c = torch.nn.Conv2d(32, 128, 3, padding=1)
+        self.d = torch.nn.Conv2d(128, 72, 1, stride=2)
+        self.e = torch.nn.Conv2d(72, 24, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.a(x))
+        y = torch.relu(self.b(y) + y)
+        return self.e(self.d(self.c(y)))
+
+
+@pytest.mark.parametrize("shape", [(1, 24, 17, 33), (2, 24, 15, 17)])
+def test_conv_layouts_match_eager(level: str, shape: tuple, outputs_close) -> None:
+    torch.manual_seed(0)
+    net = _Convs().eval()
+    strat = TilesStrategy(pathweave.capture(net, torch.randn(shape)), threads=2, winograd_min_channels=32)
+    try:
+        kinds = strat.program.layers[:, S_WPACK_T].tolist()
+        assert kinds.count(PACKS["winograd"]) == 2 and kinds.count(PACKS["padded"]) == 2  # at every level
+        for seed in range(2):
+            x = torch.randn(shape, generator=torch.Generator().manual_seed(seed))
+            with torch.no_grad():
+                outputs_close(strat(x), net(x), rtol=1e-4, atol_scale=1e-5)
+        x = _nonfinite(shape, 5)
+        with torch.no_grad():  # NaN where eager has it (inf - inf inside the sums: NaN there too)
+            got, want = strat(x), net(x)
+        assert torch.equal(got.isnan(), want.isnan())
+    finally:
+        strat.close()
