@@ -106,9 +106,12 @@ def _serve(args: argparse.Namespace) -> int:
     from pathweave.serve.http import serve
     from pathweave.serve.model import load_runner
 
-    if args.max_batch < 1 or args.batch_window_ms < 0 or args.max_body_mb <= 0:
-        raise InputError("--max-batch must be >= 1, --batch-window-ms >= 0 and --max-body-mb > 0")
-    runner = load_runner(args.model, name=args.name, max_batch=args.max_batch, strategy=args.strategy)
+    if args.max_batch < 1 or args.co_execute < 0 or args.batch_window_ms < 0 or args.max_body_mb <= 0:
+        raise InputError(
+            "--max-batch must be >= 1, --co-execute >= 0, --batch-window-ms >= 0 and --max-body-mb > 0"
+        )
+    runner = load_runner(args.model, name=args.name, max_batch=args.max_batch, strategy=args.strategy,
+                         co_execute=args.co_execute)  # fmt: skip
     print(f"pathweave: serving {runner.name} ({runner.label}, max batch {runner.max_batch}) on "
           f"http://{args.host}:{args.port}/v2/models/{runner.name}", file=sys.stderr)  # fmt: skip
     try:

@@ -1,10 +1,12 @@
 """Dynamic batching: requests that arrive within a window run as one batch.
 
 The ``Batcher`` lives on the server's event loop. The first waiting request opens a batch; requests
-arriving within ``window_s`` join it while their rows fit ``max_batch``; the batch is concatenated
-along dim 0, run once in the batcher's one worker thread (the model runs one call at a time and uses the
-cores itself), and split back by rows. While a batch runs, new requests queue for the next one. A
-batch that fails is run again request by request, so one request's failure is its own.
+arriving within ``window_s`` join it while their rows fit ``max_batch`` (and they are at most the
+runner's ``max_requests``); the batch is run once in the batcher's one worker thread (the model runs one
+call at a time and uses the cores itself) by ``runner.run_many``: concatenated along dim 0 and split back
+by rows, or, for a co-executing runner, as requests side by side in one CoExecutor run. While a batch
+runs, new requests queue for the next one. A batch that fails is run again request by request, so one
+request's failure is its own.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ class _Pending:
 
 class Batcher:
     """Runs ``runner`` for requests submitted on one event loop; ``on_batch(rows, requests)`` is told of
-    each run. With ``runner.max_batch == 1`` each request runs alone."""
+    each run. With ``runner.max_requests == 1`` each request runs alone."""
 
     def __init__(
         self, runner: Runner, window_s: float = 0.002, on_batch: Callable[[int, int], None] | None = None
@@ -64,10 +66,9 @@ class Batcher:
     async def _collect(self, first: _Pending) -> tuple[list[_Pending], _Pending | None]:
         """``first`` and the requests that join it within the window; the one that did not fit, if any."""
         batch, rows = [first], first.rows
-        if self.runner.max_batch == 1:
-            return batch, None
+        limit = self.runner.max_batch if self.runner.max_batch > 1 else None  # rows, where concatenated
         deadline = asyncio.get_running_loop().time() + self.window_s
-        while rows < self.runner.max_batch:
+        while len(batch) < self.runner.max_requests and (limit is None or rows < limit):
             timeout = deadline - asyncio.get_running_loop().time()
             try:
                 nxt = (
@@ -77,7 +78,7 @@ class Batcher:
                 )
             except (asyncio.TimeoutError, asyncio.QueueEmpty):
                 break
-            if rows + nxt.rows > self.runner.max_batch:
+            if limit is not None and rows + nxt.rows > limit:
                 return batch, nxt
             batch.append(nxt)
             rows += nxt.rows
@@ -99,25 +100,24 @@ class Batcher:
         if len(batch) == 1:
             await self._run_one(batch[0])
             return
-        joined = [np.concatenate([p.inputs[i] for p in batch]) for i in range(len(batch[0].inputs))]
         try:
-            outs = await loop.run_in_executor(self._pool, self.runner.run, joined)
+            answers = await loop.run_in_executor(self._pool, self.runner.run_many, [p.inputs for p in batch])
         except Exception:  # noqa: BLE001 - whose request failed is found by running them alone
             for p in batch:
                 await self._run_one(p)
             return
-        start = 0
-        for p in batch:
+        for p, outs in zip(batch, answers, strict=True):
             if not p.future.done():
-                p.future.set_result([o[start : start + p.rows] for o in outs])
-            start += p.rows
+                p.future.set_result(outs)
 
     async def _run_one(self, p: _Pending) -> None:
         try:
-            outs = await asyncio.get_running_loop().run_in_executor(self._pool, self.runner.run, p.inputs)
+            outs = await asyncio.get_running_loop().run_in_executor(
+                self._pool, self.runner.run_many, [p.inputs]
+            )
         except Exception as exc:  # noqa: BLE001 - handed to the request that caused it
             if not p.future.done():
                 p.future.set_exception(exc)
             return
         if not p.future.done():
-            p.future.set_result(outs)
+            p.future.set_result(outs[0])

@@ -30,6 +30,8 @@ from pathweave.errors import InputError
 from pathweave.saved import load
 from pathweave.serve.protocol import TensorMeta, datatype_of
 from pathweave.strategy import Strategy
+from pathweave.tiles.coexec import CoExecutor
+from pathweave.tiles.strategy import TilesStrategy
 
 #: one-row and batched answers must agree within these (capture's own tolerance)
 ROW_RTOL, ROW_ATOL = 1e-4, 1e-5
@@ -37,7 +39,8 @@ ROW_RTOL, ROW_ATOL = 1e-4, 1e-5
 
 class Runner:
     """A model as the server sees it. ``max_batch`` > 1 means ``run`` takes any rows ``1..max_batch``
-    along dim 0 of every input, with rows independent; ``run`` is called from one thread at a time."""
+    along dim 0 of every input, with rows independent; ``run`` is called from one thread at a time.
+    ``max_requests``: how many requests one ``run_many`` takes (by default as many as fit ``max_batch``)."""
 
     name: str
     inputs: list[TensorMeta]
@@ -45,8 +48,24 @@ class Runner:
     max_batch: int = 1
     label: str = "?"
 
+    @property
+    def max_requests(self) -> int:
+        return self.max_batch
+
     def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         raise NotImplementedError
+
+    def run_many(self, requests: list[list[np.ndarray]]) -> list[list[np.ndarray]]:
+        """Each request's outputs, the requests run as one: concatenated along dim 0, split back."""
+        if len(requests) == 1:
+            return [self.run(requests[0])]
+        joined = [np.concatenate([r[i] for r in requests]) for i in range(len(requests[0]))]
+        outs, start, answers = self.run(joined), 0, []
+        for r in requests:
+            rows = r[0].shape[0]
+            answers.append([o[start : start + rows] for o in outs])
+            start += rows
+        return answers
 
     def close(self) -> None:
         """Release the model (nothing by default)."""
@@ -138,6 +157,39 @@ class PathweaveRunner(Runner):
         self.fast.close()
 
 
+class CoExecRunner(PathweaveRunner):
+    """A fixed-shape tiles plan whose concurrent requests run together in one ``CoExecutor`` run (ASPEN's
+    co-execution: up to ``slots`` requests share the native engines, each with its own buffers)."""
+
+    def __init__(self, fast: Strategy, name: str | None = None, slots: int = 4) -> None:
+        if not isinstance(fast, TilesStrategy):
+            who = name or fast.captured.name
+            raise InputError(f"{who}: co-execution runs a whole tiles plan; this one is {fast.label}")
+        super().__init__(fast, name)
+        self.slots = slots
+        self.label = f"pathweave:{fast.label} (co-executed, {slots} slots)"
+        self._coexec = CoExecutor(slots=slots)
+
+    @property
+    def max_requests(self) -> int:
+        return self.slots
+
+    def run_many(self, requests: list[list[np.ndarray]]) -> list[list[np.ndarray]]:
+        jobs = []
+        for arrays in requests:
+            args, kwargs = pytree.tree_unflatten([torch.from_numpy(a) for a in arrays], self._spec)
+            jobs.append((self.fast, args, kwargs))
+        futures = self._coexec.submit_all(jobs)
+        return [[t.numpy() for t in pytree.tree_leaves(f.result())] for f in futures]
+
+    def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        return self.run_many([inputs])[0]
+
+    def close(self) -> None:
+        self._coexec.close()
+        super().close()
+
+
 def _meta(name: str, t: torch.Tensor, dynamic_dim: int | None) -> TensorMeta:
     shape = tuple(-1 if d == dynamic_dim else s for d, s in enumerate(t.shape))
     return TensorMeta(name, datatype_of(t.dtype), shape)
@@ -164,13 +216,20 @@ def load_runner(
     max_batch: int = 1,
     strategy: str = "auto",
     verify: bool = True,
+    co_execute: int = 0,
 ) -> PathweaveRunner:
     """A runner for ``source``: a pathweave callable, a ``.pw`` plan, or a model ``optimize`` takes (zoo
-    name, ``.pt2``, ``hf:``, nn.Module with ``inputs``), optimized dynamic in batch when ``max_batch > 1``."""
+    name, ``.pt2``, ``hf:``, nn.Module with ``inputs``), optimized dynamic in batch when ``max_batch > 1``.
+    ``co_execute=k`` runs up to k concurrent requests of a fixed-shape tiles plan together."""
+    if co_execute and max_batch > 1:
+        raise InputError("co-execution and batching exclude each other: give --co-execute or --max-batch")
     if isinstance(source, Strategy):
-        return PathweaveRunner(source, name, max_batch, verify)
-    if isinstance(source, str) and source.endswith(".pw"):
-        return PathweaveRunner(load(source), name, max_batch, verify)
-    dynamic = {"batch": (1, max_batch)} if max_batch > 1 else None
-    fast = optimize(source, *inputs, strategy=strategy, dynamic=dynamic)
+        fast = source
+    elif isinstance(source, str) and source.endswith(".pw"):
+        fast = load(source)
+    else:
+        dynamic = {"batch": (1, max_batch)} if max_batch > 1 else None
+        fast = optimize(source, *inputs, strategy=strategy, dynamic=dynamic)
+    if co_execute:
+        return CoExecRunner(fast, name, co_execute)
     return PathweaveRunner(fast, name, max_batch, verify)

@@ -86,10 +86,17 @@ def deployment(
 
 
 def run(
-    source: str, *, host: str = "127.0.0.1", port: int = 8000, app_name: str = "pathweave", **options: Any
+    source: str,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    app_name: str = "pathweave",
+    proxy_location: str | None = None,
+    **options: Any,
 ) -> Any:
     """Start Ray Serve's proxy on ``host:port`` (Ray must be running: ``ray.init()`` or ``ray start``) and
-    deploy ``deployment(source, **options)`` at ``/``; returns its handle once every replica is up."""
+    deploy ``deployment(source, **options)`` at ``/``; returns its handle once every replica is up.
+    ``proxy_location="EveryNode"`` puts a proxy on every node of a cluster (Ray's ``serve.start``)."""
     serve = require("ray.serve", "ray")
-    serve.start(http_options={"host": host, "port": port})
+    serve.start(proxy_location=proxy_location, http_options={"host": host, "port": port})
     return serve.run(deployment(source, **options), name=app_name, route_prefix="/")
