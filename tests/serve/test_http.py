@@ -223,3 +223,22 @@ def test_a_saved_plan_is_served_at_its_shape_and_refuses_batching(tmp_path, net)
         )
         assert c.post(f"/v2/models/{runner.name}/infer", json=_req(_rows(2, 0))).status_code == 400
     runner.close()
+
+
+def test_the_python_entry_builds_the_same_app(net) -> None:
+    import pathweave.serve
+
+    app = pathweave.serve.app(
+        net, example(), name="entry", max_batch=2, strategy="sequential", max_body=20000
+    )
+    with fastapi_testclient.TestClient(app) as c:
+        assert c.get("/v2/models/entry").json()["inputs"][0]["shape"] == [-1, 3, 9, 9]
+        assert c.post("/v2/models/entry/infer", content=b" " * 20001).status_code == 413
+        reply = c.post("/v2/models/entry/infer", json=_req(_rows(2, 7)))
+        assert reply.status_code == 200, reply.text
+        with torch.no_grad():
+            want = net(torch.from_numpy(_rows(2, 7))).numpy()
+        np.testing.assert_allclose(
+            np.asarray(reply.json()["outputs"][0]["data"]).reshape(2, 5), want, rtol=1e-4
+        )
+    app.state.runner.close()
