@@ -96,6 +96,10 @@ def _serve_parser(sub: argparse._SubParsersAction, model_help: str) -> None:
         help="batch requests along dim 0 up to N rows (needs a model, not a .pw; see docs/serve.md)",
     )
     s.add_argument(
+        "--co-execute", type=int, default=0, metavar="K",
+        help="run up to K concurrent requests of a fixed-shape tiles plan together (CoExecutor)",
+    )  # fmt: skip
+    s.add_argument(
         "--batch-window-ms", type=float, default=2.0, help="how long a batch waits for more requests"
     )
     s.add_argument("--max-body-mb", type=float, default=64.0, help="larger request bodies get 413")

@@ -36,6 +36,8 @@ def test_serve_refuses_batching_a_saved_plan_and_bad_options(plan: Path, capsys)
     assert "needs a model dynamic in batch" in capsys.readouterr().err
     assert main(["serve", str(plan), "--max-batch", "0"]) == 2
     assert "--max-batch must be >= 1" in capsys.readouterr().err
+    assert main(["serve", str(plan), "--co-execute", "2"]) == 2
+    assert "co-execution runs a whole tiles plan; this one is sequential" in capsys.readouterr().err
 
 
 def _get(url: str) -> dict:
