@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import socket
 import subprocess
 import sys
@@ -236,6 +235,7 @@ def table(results: list[dict]) -> str:
 def bench_main(args: argparse.Namespace) -> None:
     import torch
 
+    from pathweave import machine
     from pathweave.zoo.load import load_model
 
     out = Path(args.out)
@@ -249,7 +249,8 @@ def bench_main(args: argparse.Namespace) -> None:
     onnx = out / f"{args.model}.onnx"
     if "ort" in args.engines:
         export_onnx(model, x, onnx)
-    info = {"cpu": platform.processor() or platform.machine(), "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+    cpu = f"{machine.cpu_model()} ({machine.cpu_isa()}), {len(os.sched_getaffinity(0))} cores"
+    info = {"cpu": cpu, "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
             "uptime_before": _uptime(), "command": " ".join(sys.argv)}  # fmt: skip
     results = []
     for max_batch in args.max_batch:
