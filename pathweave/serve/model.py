@@ -143,6 +143,12 @@ class PathweaveRunner(Runner):
         for size in self.buckets:
             joined = [np.concatenate([rows[k % 4][i] for k in range(size)]) for i in range(len(rows[0]))]
             batched = self._call(joined)
+            unbatched = [i for i, o in enumerate(batched) if o.ndim == 0 or o.shape[0] != size]
+            if unbatched:
+                raise InputError(
+                    f"{self.name}: outputs {unbatched} have no batch dim 0 at batch {size}; requests "
+                    "cannot be batched (use --max-batch 1)"
+                )
             for k in range(size if verify else 0):
                 got = [torch.from_numpy(o[k : k + 1]) for o in batched]
                 why = mismatch(got, [torch.from_numpy(o) for o in single[k % 4]], ROW_RTOL, ROW_ATOL, True)

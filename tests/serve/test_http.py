@@ -242,3 +242,12 @@ def test_the_python_entry_builds_the_same_app(net) -> None:
             np.asarray(reply.json()["outputs"][0]["data"]).reshape(2, 5), want, rtol=1e-4
         )
     app.state.runner.close()
+
+
+def test_batching_is_refused_for_a_model_with_an_output_without_a_batch_dim() -> None:
+    class Total(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return x * 2, x.sum()
+
+    with pytest.raises(InputError, match=r"outputs \[1\] have no batch dim 0"):
+        load_runner(Total(), torch.randn(1, 4), max_batch=2, strategy="sequential")
