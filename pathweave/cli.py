@@ -1,5 +1,5 @@
-"""``pathweave zoo | analyze MODEL | bench MODEL | optimize MODEL -o FILE | plan | codegen | timeline | tiles
-MODEL | table``."""
+"""``pathweave zoo | analyze MODEL | bench MODEL | optimize MODEL -o FILE | serve FILE | plan | codegen |
+timeline | tiles MODEL | table``."""
 
 from __future__ import annotations
 
@@ -76,9 +76,60 @@ def _parser() -> argparse.ArgumentParser:
     o.add_argument("--batch", type=int, default=1)
     o.add_argument("--strategy", default="auto", help="auto (default) or one strategy")
     o.add_argument("-o", "--output", type=Path, required=True, help="the plan file to write (.pw)")
+    _serve_parser(sub, model_help)
     t = sub.add_parser("table", help="markdown results table from bench --json files")
     t.add_argument("files", nargs="+", type=Path)
     return p
+
+
+def _serve_parser(sub: argparse._SubParsersAction, model_help: str) -> None:
+    s = sub.add_parser("serve", help="serve a model over HTTP (KServe v2 / Open Inference Protocol)")
+    s.add_argument("model", help=f"a .pw plan (pathweave optimize -o), or a {model_help} optimized at start")
+    s.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback only)")
+    s.add_argument("--port", type=int, default=8000)
+    s.add_argument("--name", help="the model's name in the URLs (default: the model's own name)")
+    s.add_argument("--strategy", default="auto", help="for a model optimized at start: auto or one strategy")
+    s.add_argument(
+        "--max-batch",
+        type=int,
+        default=1,
+        help="batch requests along dim 0 up to N rows (needs a model, not a .pw; see docs/serve.md)",
+    )
+    s.add_argument(
+        "--co-execute", type=int, default=0, metavar="K",
+        help="run up to K concurrent requests of a fixed-shape tiles plan together (CoExecutor)",
+    )  # fmt: skip
+    s.add_argument(
+        "--batch-window-ms", type=float, default=2.0, help="how long a batch waits for more requests"
+    )
+    s.add_argument("--max-body-mb", type=float, default=64.0, help="larger request bodies get 413")
+    s.add_argument("--log-level", default="info")
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from pathweave.serve.http import serve
+    from pathweave.serve.model import load_runner
+
+    if args.max_batch < 1 or args.co_execute < 0 or args.batch_window_ms < 0 or args.max_body_mb <= 0:
+        raise InputError(
+            "--max-batch must be >= 1, --co-execute >= 0, --batch-window-ms >= 0 and --max-body-mb > 0"
+        )
+    runner = load_runner(args.model, name=args.name, max_batch=args.max_batch, strategy=args.strategy,
+                         co_execute=args.co_execute)  # fmt: skip
+    print(f"pathweave: serving {runner.name} ({runner.label}, max batch {runner.max_batch}) on "
+          f"http://{args.host}:{args.port}/v2/models/{runner.name}", file=sys.stderr)  # fmt: skip
+    try:
+        serve(
+            runner,
+            args.host,
+            args.port,
+            args.batch_window_ms,
+            int(args.max_body_mb * (1 << 20)),
+            args.log_level,
+        )
+    finally:
+        runner.close()
+    return 0
 
 
 def _zoo() -> int:
@@ -278,6 +329,8 @@ def main(argv: list[str] | None = None) -> int:
             return _tiles(args)
         if args.command == "optimize":
             return _optimize(args)
+        if args.command == "serve":
+            return _serve(args)
         if args.command == "table":
             from pathweave.report.results import markdown_table
 

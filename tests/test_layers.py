@@ -34,7 +34,7 @@ ORDER: list[set[str]] = [
     {"auto", "zoo"},
     {"dynamic"},
     {"api", "saved"},
-    {"bench", "backend"},
+    {"bench", "backend", "serve"},
     {"cli"},
     {"__main__", "__init__"},
 ]
