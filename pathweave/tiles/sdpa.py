@@ -157,3 +157,6 @@ def apply(gm: torch.fx.GraphModule, matches: list[Decompose]) -> None:
         out.meta = dict(node.meta)
         node.replace_all_uses_with(out)
         gm.graph.erase_node(node)
+    if matches:  # ATen's SDPA output lies as (B, L, H, D): a model's view of its transpose works there only
+        for n in gm.graph.find_nodes(op="call_function", target=aten.view.default):
+            n.target = aten.reshape.default  # the same where a view works; a copy where it would not

@@ -19,6 +19,7 @@ from pathweave.errors import ExecutionError, PathweaveError, UnsupportedError
 from pathweave.frontend.graph import Captured
 from pathweave.passes import fold_bn, fold_sizes, prune
 from pathweave.passes.pipeline import run_pipeline
+from pathweave.sequential import locate_failure
 from pathweave.strategy import CallGuard, Strategy
 from pathweave.tiles import fuse_epilogue as tile_fuse
 from pathweave.tiles import fuse_matmul as tile_fuse_matmul
@@ -117,8 +118,14 @@ class TilesStrategy(Strategy):
             self.buffers.verify()
         inputs = list(self.captured.example_inputs)
         got = self.run_flat(inputs)
-        with torch.no_grad():
-            want = [t for t in self.gm(*inputs) if isinstance(t, torch.Tensor)]
+        try:
+            with torch.no_grad():
+                want = [t for t in self.gm(*inputs) if isinstance(t, torch.Tensor)]
+        except Exception as exc:  # noqa: BLE001 - a rewrite PyTorch cannot run: refused, never raw
+            failure = locate_failure(self.gm, inputs, exc)
+            nodes = [failure.node] if failure.node else None
+            why = f"{self.captured.name}: the graph rewritten for tiles fails in PyTorch: {failure}"
+            raise UnsupportedError(why, nodes=nodes) from exc
         problem = mismatch(list(got), want, CHECK_RTOL, CHECK_ATOL, scale_atol=True)
         if problem:
             raise ExecutionError(f"{self.captured.name}: the tile kernels disagree with PyTorch: {problem}")

@@ -160,3 +160,30 @@ def test_distilbert_runs_whole_in_tiles() -> None:
     with torch.no_grad():
         for x in (ids, other):
             torch.testing.assert_close(opt(x), model(x), rtol=RTOL, atol=ATOL)
+
+
+class _ViewOfTranspose(torch.nn.Module):
+    """T5/BART/BEiT: ``out.transpose(1, 2).contiguous().view(...)`` after SDPA; export drops the no-op
+    ``contiguous`` because ATen's SDPA output already lies as (B, L, H, D)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.qkv, self.o = torch.nn.Linear(128, 384), torch.nn.Linear(128, 128)
+        self.register_buffer("bias", torch.randn(1, 4, 32, 32, generator=torch.Generator().manual_seed(3)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = (t.view(1, 32, 4, 32).transpose(1, 2) for t in self.qkv(x).chunk(3, -1))
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=self.bias)
+        return self.o(y.transpose(1, 2).contiguous().view(1, 32, 128))
+
+
+def test_a_view_of_the_transposed_output_runs() -> None:
+    torch.manual_seed(0)
+    model, x = _ViewOfTranspose().eval(), torch.randn(1, 32, 128)
+    ep = torch.export.export(model, (x,))
+    assert any(n.target is torch.ops.aten.view.default for n in ep.graph.nodes)
+    fast = pathweave.optimize(ep, x, strategy="tiles")
+    with torch.no_grad():
+        torch.testing.assert_close(fast(x), model(x), rtol=1e-4, atol=1e-5)
+    assert getattr(fast, "coverage", None) is None or fast.coverage.share == 1.0  # whole, or one island
+    fast.close()
