@@ -9,6 +9,7 @@ import torch.fx
 
 from pathweave.errors import PlanError
 from pathweave.passes import (
+    canonical,
     channels_last,
     fold_bn,
     fuse_conv,
@@ -21,6 +22,7 @@ from pathweave.passes.util import drop_unused_constants
 
 #: the sequential fast CPU path
 FAST_CPU: tuple[ModuleType, ...] = (
+    canonical,
     prune,
     fold_bn,
     merge_siblings,

@@ -88,7 +88,9 @@ def _plan(node: torch.fx.Node, layers: set[torch.fx.Node]) -> NodeMaps | None:
         raise Unmapped(f"no range map for {name}")
     if op.view is not None:
         source = op.view(node, bound_args(node))
-        if (name in RESHAPES and copies(node, layers)) or (name in TRANSPOSES and unreadable(node, layers)):
+        if (name in RESHAPES and (copies(node, layers) or unreadable(node, layers))) or (
+            name in TRANSPOSES and unreadable(node, layers)
+        ):
             return NodeMaps("layer", (source,))  # a layer that copies, with the view's map
         return NodeMaps("view", (source,))
     if len(shape(node)) > MAX_DIMS:
@@ -106,9 +108,10 @@ def copies(node: torch.fx.Node, layers: set[torch.fx.Node]) -> bool:
 
 
 def unreadable(node: torch.fx.Node, layers: set[torch.fx.Node]) -> bool:
-    """Whether a transpose feeds, directly or through identity views (``contiguous``), a layer whose
-    binder cannot read it where it lies (``TileOp.reads``: a layer norm over the dim that ConvNeXt's
-    NCHW -> NHWC permute leaves strided, a conv of the permute back); it then copies instead."""
+    """Whether a transpose or reshape feeds, directly or through identity views (``contiguous``), a layer
+    whose binder cannot read it where it lies (``TileOp.reads``: a layer norm over the dim that ConvNeXt's
+    NCHW -> NHWC permute leaves strided, a conv of the permute back, or of SegFormer's tokens reshaped
+    to an image after a transpose); it then copies instead."""
     reads = set()
     todo = [(user, node) for user in node.users]
     while todo:

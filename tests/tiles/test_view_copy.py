@@ -102,6 +102,27 @@ def test_swin_windows_copy_as_4d_runs(outputs_close) -> None:
     strat.close()
 
 
+class _TokensToImage(torch.nn.Module):
+    """SegFormer's Mix-FFN: tokens (N, H*W, C) -> transpose -> reshape to (N, C, H, W) -> depthwise conv;
+    the reshape views the transposed tensor, which the convolution cannot read where it lies."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.up, self.down = torch.nn.Linear(16, 32), torch.nn.Linear(32, 16)
+        self.dw = torch.nn.Conv2d(32, 32, 3, padding=1, groups=32)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.up(x).transpose(1, 2).reshape(x.shape[0], 32, 6, 5)
+        return self.down(torch.nn.functional.gelu(self.dw(h)).flatten(2).transpose(1, 2))
+
+
+def test_a_reshape_of_a_transpose_copies_for_a_convolution(outputs_close) -> None:
+    torch.manual_seed(0)
+    strat = _check(_TokensToImage().eval(), torch.randn(2, 30, 16), outputs_close, threads=2)
+    assert "reshape" in strat.graph.layer_ops or "view" in strat.graph.layer_ops  # the copy layer
+    strat.close()
+
+
 def test_a_transpose_read_in_place_stays_a_view(outputs_close) -> None:
     """A matmul and an element-wise op read any strides: no copy layer for their transposes."""
     model = torch.nn.Linear(CHANNELS, 5).eval()

@@ -1,0 +1,76 @@
+"""passes.canonical: composite spellings rewritten to the ops the strategies know, bit for bit."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import pathweave
+from pathweave.frontend.capture import capture
+from pathweave.passes import canonical
+from pathweave.passes.pipeline import run_pipeline
+from pathweave.passes.util import aten
+
+
+class AsOps(torch.nn.Module):
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        a = x.flatten(1).reshape_as(y) + x.view(-1).view_as(y)
+        return a * x.mean().expand_as(y) + x.sum().type_as(y.half()).float()
+
+
+class SamePad(torch.nn.Module):
+    def __init__(self, k: int, dilation: int, dims: int) -> None:
+        super().__init__()
+        conv = (torch.nn.Conv1d, torch.nn.Conv2d)[dims - 1]
+        self.a = conv(3, 8, k, padding="same", dilation=dilation)
+        self.b = conv(8, 8, k, padding="valid", groups=8, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(F.silu(self.a(x)))
+
+
+def _rewritten(model: torch.nn.Module, *x: torch.Tensor) -> torch.fx.GraphModule:
+    gm = capture(model.eval(), *x).gm
+    found = canonical.propose(gm)
+    assert found, "nothing to rewrite: the test no longer covers the pass"
+    run_pipeline(gm, (canonical,))
+    canonical.verify(gm, found)
+    return gm
+
+
+def test_as_ops_become_plain_ops() -> None:
+    x, y = torch.randn(2, 3, 4), torch.randn(2, 12)
+    gm = _rewritten(AsOps(), x, y)
+    targets = {n.target for n in gm.graph.nodes}
+    assert not targets & {
+        aten.reshape_as.default,
+        aten.view_as.default,
+        aten.expand_as.default,
+        aten.type_as.default,
+    }
+    assert torch.equal(gm(x, y)[0], AsOps()(x, y))
+
+
+@pytest.mark.parametrize(
+    "k, dilation, dims", [(3, 1, 2), (4, 1, 2), (5, 2, 2), (2, 3, 2), (4, 1, 1), (7, 2, 1)]
+)
+def test_same_and_valid_padding_become_explicit(k: int, dilation: int, dims: int) -> None:
+    torch.manual_seed(k)
+    model = SamePad(k, dilation, dims).eval()
+    x = torch.randn(1, 3, *([17] * dims))
+    x[0, 0, 3] = float("nan")
+    gm = _rewritten(model, x)
+    assert not any(n.target in (aten.conv1d.padding, aten.conv2d.padding) for n in gm.graph.nodes)
+    with torch.no_grad():
+        torch.testing.assert_close(gm(x)[0], model(x), rtol=0, atol=0, equal_nan=True)
+
+
+def test_same_padding_runs_whole_in_tiles() -> None:
+    torch.manual_seed(0)
+    model, x = SamePad(4, 1, 2).eval(), torch.randn(1, 3, 33, 33)
+    fast = pathweave.optimize(torch.export.export(model, (x,)), x, strategy="tiles")
+    with torch.no_grad():
+        torch.testing.assert_close(fast(x), model(x), rtol=1e-4, atol=1e-5)
+    assert getattr(fast, "coverage", None) is None or fast.coverage.share == 1.0
+    fast.close()
