@@ -28,6 +28,7 @@ import argparse
 import contextlib
 import fcntl
 import json
+import re
 import subprocess
 import sys
 import time
@@ -197,7 +198,7 @@ def hf_specs() -> dict[str, Spec]:
             "EfficientNetConfig",
             "EfficientNetModel",
             "last_hidden_state",
-            dict(image_size=64, width_coefficient=0.5, depth_coefficient=0.5, hidden_dim=256),
+            dict(image_size=64, width_coefficient=0.5, depth_coefficient=0.5, hidden_dim=640),
             img,
         ),
         "mobilenet_v1": _hf(
@@ -231,14 +232,14 @@ def hf_specs() -> dict[str, Spec]:
             "CvtConfig",
             "CvtModel",
             "last_hidden_state",
-            dict(embed_dim=[32, 64, 128], num_heads=[1, 2, 4], depth=[1, 1, 2]),
+            dict(embed_dim=[32, 64, 128], num_heads=[1, 2, 4], depth=[1, 2, 3]),
             img,
         ),
         "bit": _hf(
             "BitConfig",
             "BitModel",
             "last_hidden_state",
-            dict(embedding_size=32, hidden_sizes=[32, 64, 128, 256], depths=[1, 1, 1, 1]),
+            dict(embedding_size=32, hidden_sizes=[32, 64, 128, 256], depths=[1, 1, 1, 1], num_groups=8),
             img,
         ),
         "dpt": _hf(
@@ -283,7 +284,6 @@ def hf_specs() -> dict[str, Spec]:
                 decoder_ffn_dim=256,
                 num_mel_bins=80,
                 max_source_positions=250,
-                vocab_size=1000,
             ),
             torch.randn(1, 80, 500, generator=torch.Generator().manual_seed(1234)),
             sub="get_encoder",
@@ -760,7 +760,8 @@ def aggregate(rows: dict[str, dict]) -> str:
         for stage in ("export", "load", "build", "run", "auto"):
             if f"{stage}_error" in r:
                 raw = " [raw]" if r.get(f"{stage}_raw") else ""
-                fails[f"{stage}{raw}: {r[f'{stage}_error'][:160]}"].append(name)
+                msg = re.sub(r"\S+\.pt2", "<file>.pt2", r[f"{stage}_error"])[:160]
+                fails[f"{stage}{raw}: {msg}"].append(name)
         if r.get("tiles_runs") and not r.get("matches"):
             fails["mismatch with eager"].append(name)
         if r.get("tiles_runs") and r.get("share", 1.0) < 0.9:
