@@ -1,7 +1,8 @@
 """Spell ops the way the strategies' op tables know them: ``x.reshape_as(y)`` -> ``x.reshape(y.shape)``
 (also ``view_as``, ``expand_as``), ``x.type_as(y)`` -> ``x.to(y.dtype)``, and a convolution with
 ``padding="same"`` or ``"valid"`` -> one with explicit padding (a ``constant_pad_nd`` first where "same"
-pads one side more, as even kernels do).
+pads one side more, as even kernels do), and a one- or two-operand ``einsum`` (CvT's attention) ->
+sums, permutes, reshapes and one ``bmm`` (indices repeated within an operand stay an einsum).
 
 torch.export keeps these composite overloads as they were written (LeViT's ``reshape_as``, DPT's
 ``expand_as``, EfficientNet's "same" padding); each rewrite is the op's own definition, so results are
@@ -10,6 +11,7 @@ bit for bit those of eager. ``verify`` checks every rewritten node is gone.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +26,7 @@ _AS_SHAPE = {aten.reshape_as.default: aten.reshape.default, aten.view_as.default
              aten.expand_as.default: aten.expand.default}  # fmt: skip
 _PADDED_CONVS = {aten.conv1d.padding: aten.conv1d.default, aten.conv2d.padding: aten.conv2d.default,
                  aten.conv3d.padding: aten.conv3d.default}  # fmt: skip
-_TARGETS = (*_AS_SHAPE, aten.type_as.default, *_PADDED_CONVS)
+_TARGETS = (*_AS_SHAPE, aten.type_as.default, *_PADDED_CONVS, aten.einsum.default)
 
 
 @dataclass(frozen=True)
@@ -55,8 +57,89 @@ def propose(gm: torch.fx.GraphModule) -> list[Canonical]:
     return [
         Canonical(n.name)
         for n in gm.graph.nodes
-        if n.op == "call_function" and n.target in _TARGETS and _has_shapes(n)
+        if n.op == "call_function"
+        and n.target in _TARGETS
+        and _has_shapes(n)
+        and (n.target is not aten.einsum.default or _einsum_terms(n) is not None)
     ]
+
+
+def _einsum_terms(node: torch.fx.Node) -> tuple[list[str], str] | None:
+    """The operands' index strings and the output's, an ellipsis spelt out as capitals; None for what
+    stays an einsum (three or more operands, an index repeated within an operand, ellipses of different
+    ranks, a size-1 dim broadcast against another size)."""
+    equation, operands = node.args[0], node.args[1]
+    if not isinstance(equation, str) or not 1 <= len(operands) <= 2:
+        return None
+    eq = equation.replace(" ", "")
+    lhs, arrow, out = eq.partition("->")
+    terms = lhs.split(",")
+    shapes = [list(o.meta["val"].shape) for o in operands]
+    if len(terms) != len(operands):
+        return None
+    ranks = {len(sh) - len(t.replace("...", "")) for t, sh in zip(terms, shapes, strict=True) if "..." in t}
+    if len(ranks) > 1 or (ranks and min(ranks) < 0):
+        return None
+    ellipsis = "".join(c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in eq)[: ranks.pop() if ranks else 0]
+    spelt = [t.replace("...", ellipsis) for t in terms]
+    if arrow:
+        out = out.replace("...", ellipsis)
+    else:  # implicit output: the ellipsis, then the indices seen once, in alphabetical order
+        joined = "".join(spelt)
+        out = ellipsis + "".join(sorted(c for c in set(joined) if joined.count(c) == 1 and c not in ellipsis))
+    sizes: dict[str, int] = {}
+    for t, sh in zip(spelt, shapes, strict=True):
+        if len(t) != len(sh) or len(set(t)) != len(t):
+            return None
+        for c, d in zip(t, sh, strict=True):
+            if sizes.setdefault(c, d) != d:
+                return None
+    if not set(out) <= set(sizes) or len(set(out)) != len(out):
+        return None
+    return spelt, out
+
+
+def _sum_alone(graph: torch.fx.Graph, x: torch.fx.Node, term: str, keep: str) -> tuple[torch.fx.Node, str]:
+    """Sum out the indices of ``term`` not in ``keep`` (seen in this operand only, not in the output)."""
+    gone = [i for i, c in enumerate(term) if c not in keep]
+    if not gone:
+        return x, term
+    return _emit(graph, aten.sum.dim_IntList, x, gone), "".join(c for c in term if c in keep)
+
+
+def _permute_reshape(
+    graph: torch.fx.Graph, x: torch.fx.Node, term: str, order: str, shape: list[int]
+) -> torch.fx.Node:
+    if term != order:
+        x = _emit(graph, aten.permute.default, x, [term.index(c) for c in order])
+    return _emit(graph, aten.reshape.default, x, shape)
+
+
+def _einsum(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
+    """``einsum`` as sums, permutes, reshapes and a ``bmm``: batch indices (both operands and the output),
+    contracted (both, not the output), and each operand's own."""
+    (terms, out), operands = _einsum_terms(node), node.args[1]
+    sizes = {
+        c: d
+        for t, o in zip(terms, operands, strict=True)
+        for c, d in zip(t, o.meta["val"].shape, strict=True)
+    }
+    if len(terms) == 1:
+        x, term = _sum_alone(graph, operands[0], terms[0], out)
+        return x if term == out else _emit(graph, aten.permute.default, x, [term.index(c) for c in out])
+    (a, ta), (b, tb) = (_sum_alone(graph, o, t, out + other) for o, t, other in
+                        ((operands[0], terms[0], terms[1]), (operands[1], terms[1], terms[0])))  # fmt: skip
+    batch = "".join(c for c in out if c in ta and c in tb)
+    left = "".join(c for c in out if c in ta and c not in tb)
+    right = "".join(c for c in out if c in tb and c not in ta)
+    contract = "".join(c for c in ta if c in tb and c not in out)
+    size = lambda idx: math.prod(sizes[c] for c in idx)  # noqa: E731
+    a3 = _permute_reshape(graph, a, ta, batch + left + contract, [size(batch), size(left), size(contract)])
+    b3 = _permute_reshape(graph, b, tb, batch + contract + right, [size(batch), size(contract), size(right)])
+    y = _emit(graph, aten.bmm.default, a3, b3)
+    done = batch + left + right
+    y = _emit(graph, aten.reshape.default, y, [sizes[c] for c in done])
+    return y if done == out else _emit(graph, aten.permute.default, y, [done.index(c) for c in out])
 
 
 def _same_padding(weight: torch.fx.Node, dilation: Any) -> list[tuple[int, int]]:
@@ -104,6 +187,8 @@ def apply(gm: torch.fx.GraphModule, matches: list[Canonical]) -> None:
                 new = _emit(gm.graph, aten._to_copy.default, x)
                 new.kwargs = {"dtype": other.meta["val"].dtype}
                 new.meta["val"] = aten._to_copy.default(_meta(x), dtype=other.meta["val"].dtype)
+            elif node.target is aten.einsum.default:
+                new = _einsum(gm.graph, node)
             else:
                 new = _conv(gm.graph, node)
         new.meta = {**node.meta, "val": new.meta["val"]}

@@ -74,3 +74,43 @@ def test_same_padding_runs_whole_in_tiles() -> None:
         torch.testing.assert_close(fast(x), model(x), rtol=1e-4, atol=1e-5)
     assert getattr(fast, "coverage", None) is None or fast.coverage.share == 1.0
     fast.close()
+
+
+EINSUMS = [
+    ("bhlk,bhtk->bhlt", [(2, 3, 5, 4), (2, 3, 6, 4)]),  # CvT's attention scores
+    ("bhlt,bhtv->bhlv", [(2, 3, 5, 6), (2, 3, 6, 4)]),
+    ("ij,jk", [(3, 4), (4, 5)]),  # implicit output
+    ("...ij,...jk->...ik", [(2, 3, 4), (2, 4, 5)]),
+    ("bij,kj->bki", [(2, 3, 4), (5, 4)]),  # a weight shared over the batch, output permuted
+    ("bi,bi->b", [(3, 7), (3, 7)]),
+    ("bij,bkl->bijkl", [(2, 2, 3), (2, 1, 4)]),  # outer product
+    ("abc,cd->d", [(2, 3, 4), (4, 5)]),  # indices summed in one operand only
+    ("ij->ji", [(3, 4)]),
+    ("ijk->k", [(3, 4, 5)]),
+]
+
+
+@pytest.mark.parametrize("equation, shapes", EINSUMS)
+def test_einsum_becomes_bmm(equation: str, shapes: list[tuple[int, ...]]) -> None:
+    class Einsum(torch.nn.Module):
+        def forward(self, *xs: torch.Tensor) -> torch.Tensor:
+            return torch.einsum(equation, *xs)
+
+    g = torch.Generator().manual_seed(len(equation))
+    xs = [torch.randn(*s, generator=g) for s in shapes]
+    xs[0].view(-1)[1] = float("nan")
+    gm = _rewritten(Einsum(), *xs)
+    assert not any(n.target is aten.einsum.default for n in gm.graph.nodes)
+    torch.testing.assert_close(gm(*xs)[0], torch.einsum(equation, *xs), rtol=1e-5, atol=1e-5, equal_nan=True)
+
+
+@pytest.mark.parametrize("equation, shapes", [("ii->i", [(3, 3)]), ("ij,jk,kl->il", [(2, 3), (3, 4), (4, 5)]),
+                                              ("bi,bi->b", [(1, 4), (3, 4)])])  # fmt: skip
+def test_einsums_left_alone(equation: str, shapes: list[tuple[int, ...]]) -> None:
+    class Einsum(torch.nn.Module):
+        def forward(self, *xs: torch.Tensor) -> torch.Tensor:
+            return torch.einsum(equation, *xs)
+
+    xs = [torch.randn(*s) for s in shapes]
+    gm = capture(Einsum(), *xs).gm
+    assert not [m for m in canonical.propose(gm) if "einsum" in m.node]
