@@ -41,13 +41,15 @@ def capture(
     skips the comparison with onnxruntime.
     """
     if isinstance(model, (str, os.PathLike)) and Path(model).suffix == ".onnx":
-        from pathweave.frontend.onnx import onnx_module
+        from pathweave.frontend.onnx import convert
 
         crosscheck = kwargs.pop("crosscheck", None)  # against onnxruntime (see capture.onnx)
         if kwargs:
             raise InputError(f"{Path(model).name}: ONNX models take positional inputs, not {sorted(kwargs)}")
-        gm, onnx_inputs = onnx_module(Path(model), tuple(inputs) or None, crosscheck=crosscheck)
-        return capture(gm, *onnx_inputs, name=name or Path(model).stem, method=method, check=check)
+        gm, onnx_inputs, fixed = convert(Path(model), tuple(inputs) or None, crosscheck=crosscheck)
+        captured = capture(gm, *onnx_inputs, name=name or Path(model).stem, method=method, check=check)
+        captured.fixed = fixed  # shape-setting inputs the graph was specialised on, checked per call
+        return captured
     if isinstance(model, (str, os.PathLike)):
         name = name or Path(model).stem
         model = load_pt2(Path(model))

@@ -77,6 +77,8 @@ class OnnxNode:
     opset: int
     outputs: list[bool]  # which outputs the model uses
     add_constant: Callable[[torch.Tensor], torch.fx.Node]  # a buffer of the module, read by get_attr
+    #: the example value of a computed input, where the graph may be specialised on it (else None)
+    specialise: Callable[[torch.fx.Node, str], torch.Tensor | None] = lambda node, use: None
 
     def has(self, i: int) -> bool:
         return i < len(self.ins) and self.ins[i] is not None
@@ -91,11 +93,16 @@ class OnnxNode:
         return self.x(i).meta["val"]
 
     def const(self, i: int, what: str) -> torch.Tensor:
+        """Input ``i``'s value: a constant, or computed from small graph inputs the caller gave (the graph
+        is then specialised on their values, checked on every call)."""
         value = self.consts[i] if i < len(self.consts) else None
+        if value is None and self.has(i):
+            value = self.specialise(self.ins[i], f"{self.op_type}'s {what}")  # type: ignore[arg-type]
         if value is None:
             raise UnsupportedError(
-                f"needs a constant {what} (input {i}), but it is computed in the graph or is a graph "
-                "input; fold it into an initializer (e.g. with onnxsim) or export with static shapes"
+                f"needs a constant {what} (input {i}), but it is computed from the data in the graph; fold "
+                "it into an initializer (e.g. with onnxsim), export with static shapes, or, where it is a "
+                "small graph input, pass its value as an example input"
             )
         return value
 

@@ -233,7 +233,28 @@ def test_unknown_attributes_and_non_constant_shapes_are_refused(tmp_path) -> Non
         _graph(nodes, [_vi("x", [2, 3]), _vi("s", [2], TensorProto.INT64)], [_vi("y", None)]), str(path)
     )
     with pytest.raises(UnsupportedError, match="Reshape node 'rs': needs a constant shape"):
-        onnx_module(path, (torch.randn(2, 3), torch.tensor([3, 2])), crosscheck=False)
+        onnx_module(path, crosscheck=False)  # generated examples: no value to specialise on
+    nodes = [helper.make_node("Reshape", ["x", "s"], ["y"], name="rs")]
+    onnx.save(_graph(nodes, [_vi("x", [64, 2]), _vi("s", [128], TensorProto.INT64)], [_vi("y", None)]),
+              str(path))  # fmt: skip
+    with pytest.raises(UnsupportedError, match="Reshape node 'rs': needs a constant shape"):
+        onnx_module(path, (torch.randn(64, 2), torch.ones(128, dtype=torch.int64)), crosscheck=False)
+
+
+def test_a_shape_given_as_a_small_graph_input_is_specialised_and_checked_per_call(tmp_path) -> None:
+    """The caller's value is baked into the graph (through the ops computing the shape from it); a
+    later call with another value is refused naming the input, the same one runs."""
+    path = tmp_path / "m.onnx"
+    nodes = [helper.make_node("Mul", ["s", "two"], ["s2"]), helper.make_node("Reshape", ["x", "s2"], ["y"])]
+    inputs = [_vi("x", [2, 6]), _vi("s", [2], TensorProto.INT64)]
+    onnx.save(_graph(nodes, inputs, [_vi("y", None)], [_const("two", [1, 2])]), str(path))
+    x, s = torch.randn(2, 6), torch.tensor([3, 2])
+    fn = pathweave.optimize(path, x, s, strategy="sequential")
+    torch.testing.assert_close(fn(x, s)[0], x.reshape(3, 4), rtol=0, atol=0)
+    x2 = torch.randn(2, 6)
+    torch.testing.assert_close(fn(x2, s.clone())[0], x2.reshape(3, 4), rtol=0, atol=0)
+    with pytest.raises(InputError, match=r"input 1 \('s'\) sets Reshape's shape.*\[3, 2\].*\[2, 3\]"):
+        fn(x, torch.tensor([2, 3]))
 
 
 def test_semantics_onnx_keeps_without_onnxruntime(tmp_path) -> None:
