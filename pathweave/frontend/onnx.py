@@ -25,6 +25,7 @@ import torch.fx
 from pathweave.compare import mismatch
 from pathweave.errors import CaptureError, InputError, PathweaveError, UnsupportedError, require
 from pathweave.frontend import onnx_ops_more, onnx_ops_shape  # noqa: F401  (they register their converters)
+from pathweave.frontend.graph import FixedInput
 from pathweave.frontend.onnx_ops import (
     CONVERTERS,
     ONNX_TO_TORCH,
@@ -33,7 +34,6 @@ from pathweave.frontend.onnx_ops import (
     onnx_type_name,
     tensor_from_proto,
 )
-from pathweave.frontend.graph import FixedInput
 from pathweave.frontend.trace import first_line
 
 #: converted outputs must match ONNX Runtime within these
