@@ -364,3 +364,17 @@ def test_integer_division_by_minus_one_does_not_trap(tmp_path, op: str, attrs: d
     x = torch.tensor([-(2**31), 7, 7], dtype=torch.int32)
     got = fn(x, torch.tensor([-1, 2, -2], dtype=torch.int32))[0]
     assert got.tolist() == want
+
+
+def test_an_empty_input_read_only_for_its_dtype_is_taken(tmp_path) -> None:
+    """CastLike's second input gives a dtype: exporters and the ONNX tests pass an empty tensor there,
+    which capture otherwise refuses (it specialises on shapes). Data inputs stay refused when empty."""
+    path = tmp_path / "m.onnx"
+    nodes = [helper.make_node("CastLike", ["x", "like"], ["y"])]
+    inputs = [_vi("x", ["n"]), _vi("like", [0], TensorProto.DOUBLE)]
+    onnx.save(_graph(nodes, inputs, [_vi("y", None, TensorProto.DOUBLE)]), str(path))
+    x, like = torch.randn(3), torch.zeros(0, dtype=torch.float64)
+    fn = pathweave.optimize(path, x, like, strategy="sequential")
+    assert torch.equal(fn(x, like)[0], x.double())
+    with pytest.raises(InputError, match="example input 0 is empty"):
+        pathweave.optimize(path, torch.randn(0), like, strategy="sequential")
