@@ -24,7 +24,13 @@ import torch.fx
 
 from pathweave.compare import mismatch
 from pathweave.errors import CaptureError, InputError, PathweaveError, UnsupportedError, require
-from pathweave.frontend import onnx_losses, onnx_ops_more, onnx_ops_shape, onnx_resize  # noqa: F401  (converters)
+from pathweave.frontend import (  # noqa: F401  (they register converters)
+    onnx_attention,
+    onnx_losses,
+    onnx_ops_more,
+    onnx_ops_shape,
+    onnx_resize,
+)
 from pathweave.frontend.graph import FixedInput
 from pathweave.frontend.onnx_ops import (
     CONVERTERS,
