@@ -204,6 +204,57 @@ def conv(n: OnnxNode) -> Any:
     return n.call(target, x, n.x(1), bias, win.strides, padding, win.dilations, n.at.get("group", 1))
 
 
+@op("ConvTranspose", attrs=("auto_pad", "dilations", "group", "kernel_shape", "output_padding",
+                             "output_shape", "pads", "strides"))  # fmt: skip
+def conv_transpose(n: OnnxNode) -> Any:
+    """The full transposed convolution (no padding), then cropped by the pads and extended by
+    output_padding (positions no input reaches: the bias alone), so any pads and output_padding work."""
+    n.floats_only()
+    w = n.val(1)
+    kernel = list(n.at.get("kernel_shape", w.shape[2:]))
+    k = len(kernel)
+    if kernel != list(w.shape[2:]) or k not in (1, 2, 3):
+        raise UnsupportedError(f"kernel_shape {kernel} with weights of shape {list(w.shape)}")
+    begin, end, strides, dilations = _transpose_pads(n, kernel)
+    target = {1: aten.conv_transpose1d.default, 2: aten.conv_transpose2d.input,
+              3: aten.conv_transpose3d.input}[k]  # fmt: skip
+    group = n.at.get("group", 1)
+    full = n.call(target, n.x(0), n.x(1), None, strides, [0] * k, [0] * k, group, dilations)
+    out = n.call(aten.constant_pad_nd.default, full, _torch_pad([-b for b in begin], [-e for e in end]), 0.0)
+    if n.has(2):
+        out = n.call(aten.add.Tensor, out, n.call(aten.reshape.default, n.x(2), [-1] + [1] * k))
+    return out
+
+
+def _transpose_pads(n: OnnxNode, kernel: list[int]) -> tuple[list[int], list[int], list[int], list[int]]:
+    """Begin and end crops of the full output (an end crop below 0 is output_padding), strides,
+    dilations: from pads, or from output_shape or auto_pad as the spec derives them."""
+    k, size = len(kernel), n.val(0).shape[2:]
+    strides, dilations = list(n.at.get("strides", [1] * k)), list(n.at.get("dilations", [1] * k))
+    extra = list(n.at.get("output_padding", [0] * k))
+    pads = list(n.at.get("pads", [0] * (2 * k)))
+    if len(strides) != k or len(dilations) != k or len(extra) != k or len(pads) != 2 * k:
+        raise UnsupportedError(f"strides, dilations, output_padding or pads do not match the {k}-d kernel")
+    if min(strides + dilations + kernel) < 1:
+        raise UnsupportedError("strides, dilations and kernel must be positive")
+    full = [strides[i] * (size[i] - 1) + extra[i] + (kernel[i] - 1) * dilations[i] + 1 for i in range(k)]
+    auto = _str(n.at, "auto_pad", "NOTSET")
+    shape = list(n.at.get("output_shape", []))
+    if shape or auto in ("SAME_UPPER", "SAME_LOWER"):
+        want = shape[-k:] if shape else [size[i] * strides[i] for i in range(k)]
+        total = [full[i] - want[i] for i in range(k)]
+        upper = auto == "SAME_UPPER"
+        pads = [t // 2 if upper else t - t // 2 for t in total] + [
+            t - t // 2 if upper else t // 2 for t in total
+        ]
+    elif auto == "VALID":
+        pads = [0] * (2 * k)
+    elif auto != "NOTSET":
+        raise UnsupportedError(f"auto_pad {auto!r} is not supported")
+    end = [pads[k + i] - extra[i] for i in range(k)]
+    return pads[:k], end, strides, dilations
+
+
 POOL_ATTRS = ("auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "strides")
 
 

@@ -79,6 +79,21 @@ def test_asymmetric_pads_in_conv_and_pools(tmp_path) -> None:
     _check(tmp_path, model, rng.standard_normal((1, 3, 9, 7)).astype(np.float32))
 
 
+@pytest.mark.parametrize("attrs", [
+    {"pads": [0, 1, 2, 1], "strides": [2, 3], "output_padding": [1, 0], "dilations": [1, 2]},
+    {"strides": [2, 2], "output_shape": [18, 15], "group": 2},
+    {"auto_pad": "SAME_UPPER", "strides": [3, 1]},
+    {"auto_pad": "SAME_LOWER", "strides": [2, 2], "dilations": [2, 1]},
+])  # fmt: skip
+def test_conv_transpose_with_any_pads_output_padding_and_shape(tmp_path, attrs: dict) -> None:
+    rng = np.random.default_rng(3)
+    w = numpy_helper.from_array(rng.standard_normal((4, 3, 3, 2)).astype(np.float32), "w")
+    b = numpy_helper.from_array(rng.standard_normal(3 * attrs.get("group", 1)).astype(np.float32), "b")
+    nodes = [helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], **attrs)]
+    model = _graph(nodes, [_vi("x", [1, 4, 9, 7])], [_vi("y", None)], [w, b])
+    _check(tmp_path, model, rng.standard_normal((1, 4, 9, 7)).astype(np.float32))
+
+
 def test_indexing_and_shape_ops(tmp_path) -> None:
     nodes = [
         helper.make_node("Gather", ["x", "idx"], ["g"], axis=1),
