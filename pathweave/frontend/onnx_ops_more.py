@@ -107,6 +107,15 @@ _ACTIVATIONS = {
 }
 
 
+@op("Gelu", attrs=("approximate",))
+def gelu(n: OnnxNode) -> Any:
+    n.floats_only()
+    approximate = _str(n.at, "approximate", "none")
+    if approximate not in ("none", "tanh"):
+        raise UnsupportedError(f"Gelu approximate={approximate!r} is not supported (none or tanh)")
+    return n.call(aten.gelu.default, n.x(0), approximate=approximate)
+
+
 @op("PRelu")
 def prelu(n: OnnxNode) -> Any:
     n.floats_only()
