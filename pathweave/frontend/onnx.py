@@ -27,6 +27,7 @@ from pathweave.errors import CaptureError, InputError, PathweaveError, Unsupport
 from pathweave.frontend import (  # noqa: F401  (they register converters)
     onnx_attention,
     onnx_losses,
+    onnx_ops_extra,
     onnx_ops_more,
     onnx_ops_shape,
     onnx_resize,
