@@ -287,14 +287,32 @@ def _padded(n: OnnxNode, x: torch.fx.Node, win: Window, ceil: bool, value: float
 
 @op("MaxPool", attrs=(*POOL_ATTRS, "storage_order"))
 def max_pool(n: OnnxNode) -> Any:
-    n.only_outputs(1)  # ONNX Indices are flat over N and C as well, unlike torch's
     win, ceil = _pool_window(n)
     k = len(win.kernel)
     target = {1: aten.max_pool1d.default, 2: aten.max_pool2d.default, 3: aten.max_pool3d.default}[k]
-    if win.begin == win.end and all(2 * win.begin[i] <= win.effective(i) for i in range(k)):
+    direct = win.begin == win.end and all(2 * win.begin[i] <= win.effective(i) for i in range(k))
+    if len(n.outputs) > 1 and n.outputs[1]:
+        if not direct or k != 2:
+            raise UnsupportedError("MaxPool's Indices output only for 2-d pools with symmetric pads")
+        both = n.call(aten.max_pool2d_with_indices.default, n.x(0), win.kernel, win.strides, win.begin,
+                      win.dilations, ceil)  # fmt: skip
+        height, width = n.val(0).shape[2:]
+        index = n.call(_flat_indices, n.call(operator.getitem, both, 1), height, width,
+                       bool(n.at.get("storage_order", 0)))  # fmt: skip
+        return n.call(operator.getitem, both, 0), index
+    if direct:
         return n.call(target, n.x(0), win.kernel, win.strides, win.begin, win.dilations, ceil)
     x = _padded(n, n.x(0), win, ceil, float("-inf"))
     return n.call(target, x, win.kernel, win.strides, [0] * k, win.dilations, False)
+
+
+def _flat_indices(index: torch.Tensor, height: int, width: int, column_major: bool) -> torch.Tensor:
+    """torch's indices count within each (n, c) plane, row by row; ONNX's over the whole tensor, and
+    column by column within a plane for storage_order 1."""
+    if column_major:
+        index = (index % width) * height + index // width
+    planes = torch.arange(index.shape[0] * index.shape[1]).reshape(index.shape[0], index.shape[1], 1, 1)
+    return index + planes * (height * width)
 
 
 @op("AveragePool", attrs=(*POOL_ATTRS, "count_include_pad"))
@@ -321,6 +339,16 @@ def avg_pool(n: OnnxNode) -> Any:
         win = Window(win.kernel, win.strides, win.dilations, [0] * k, [0] * k)
     counts = _count_windows(mask, win, ceil, n)
     return n.call(aten.div.Tensor, sums, n.constant(counts))
+
+
+@op("LpPool", attrs=(*POOL_ATTRS, "p"))
+def lp_pool(n: OnnxNode) -> Any:
+    """(sum of |x|^p over each window)^(1/p), as a window sum of ones over |x|^p."""
+    win, ceil = _pool_window(n)
+    p, x = float(n.at.get("p", 2)), n.val(0)
+    powered = n.call(aten.pow.Tensor_Scalar, n.call(aten.abs.default, n.x(0)), p)
+    sums = _window_sum(n, _padded(n, powered, win, ceil, 0.0), x.shape[1], win, x.dtype)
+    return n.call(aten.pow.Tensor_Scalar, sums, 1.0 / p)
 
 
 def _window_sum(n: OnnxNode, x: torch.fx.Node, channels: int, win: Window, dtype: torch.dtype):

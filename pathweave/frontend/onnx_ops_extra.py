@@ -99,11 +99,7 @@ def one_hot(n: OnnxNode) -> Any:
 
 
 def _one_hot(indices: torch.Tensor, depth: int, values: torch.Tensor, axis: int) -> torch.Tensor:
-    idx = (
-        indices.to(torch.float64).floor().to(torch.int64)
-        if indices.is_floating_point()
-        else indices.to(torch.int64)
-    )
+    idx = indices.to(torch.int64)  # float indices are cast, truncating
     idx = torch.where(idx < 0, idx + depth, idx)  # from -depth; anything else out of range is all off
     hot = torch.arange(depth).reshape(-1, *([1] * idx.dim())) == idx.unsqueeze(0)
     return torch.where(hot, values[1], values[0]).movedim(0, axis)
@@ -206,3 +202,70 @@ def window(n: OnnxNode) -> Any:
             "HammingWindow": lambda s, periodic, dtype: torch.hamming_window(
                 s, periodic, alpha=25 / 46, beta=21 / 46, dtype=dtype)}[n.op_type]  # fmt: skip
     return n.constant(make(size, periodic=periodic, dtype=torch.float64).to(dtype))
+
+
+@op("CenterCropPad", attrs=("axes",))
+def center_crop_pad(n: OnnxNode) -> Any:
+    """Each listed axis cropped (from (size - target) // 2) or zero-padded (as much before as the half
+    of the difference, rounded down) to the target length."""
+    x = n.val(0)
+    target = n.ints(1, "shape")
+    axes = [a % x.dim() for a in n.at.get("axes", range(x.dim()))]
+    if len(target) != len(axes):
+        raise UnsupportedError(f"CenterCropPad: {len(target)} lengths for {len(axes)} axes")
+    begin, end = [0] * x.dim(), [0] * x.dim()
+    for a, t in zip(axes, target, strict=True):
+        diff = t - x.shape[a]  # > 0: pad; < 0: crop (negative pads)
+        begin[a] = diff // 2 if diff >= 0 else -((-diff) // 2)
+        end[a] = diff - begin[a]
+    pads: list[int] = []
+    for b, e in zip(reversed(begin), reversed(end), strict=True):
+        pads += [b, e]
+    return n.call(aten.constant_pad_nd.default, n.x(0), pads, 0)
+
+
+@op("ReverseSequence", attrs=("batch_axis", "time_axis"))
+def reverse_sequence(n: OnnxNode) -> Any:
+    batch, time = n.at.get("batch_axis", 1), n.at.get("time_axis", 0)
+    if {batch, time} != {0, 1}:
+        raise UnsupportedError(f"ReverseSequence with batch_axis {batch} and time_axis {time}")
+    return n.call(_reverse_sequence, n.x(0), n.x(1), batch, time)
+
+
+def _reverse_sequence(x: torch.Tensor, lens: torch.Tensor, batch: int, time: int) -> torch.Tensor:
+    """Per batch entry b, the first lens[b] time steps reversed, the rest kept."""
+    steps = torch.arange(x.shape[time]).reshape(-1, 1)  # (time, 1)
+    lens = lens.to(torch.int64).reshape(1, -1)  # (1, batch)
+    index = torch.where(steps < lens, lens - 1 - steps, steps)  # (time, batch)
+    if batch == 0:
+        index = index.t()
+    index = index.reshape(*index.shape, *([1] * (x.dim() - 2))).expand_as(x)
+    return x.gather(time, index)
+
+
+@op("RotaryEmbedding", attrs=("interleaved", "num_heads", "rotary_embedding_dim"))
+def rotary_embedding(n: OnnxNode) -> Any:
+    n.floats_only()
+    x = n.val(0)
+    if x.dim() == 3 and not n.at.get("num_heads"):
+        raise UnsupportedError("RotaryEmbedding on a 3-d input needs num_heads")
+    position = n.x(3) if n.has(3) else None
+    return n.call(_rotary, n.x(0), n.x(1), n.x(2), position, bool(n.at.get("interleaved", 0)),
+                  int(n.at.get("rotary_embedding_dim", 0)), int(n.at.get("num_heads", 0)))  # fmt: skip
+
+
+def _rotary(x, cos, sin, position, interleaved: bool, dim: int, heads: int) -> torch.Tensor:
+    """x as (batch, seq, heads, head_size); the first ``dim`` features of each head rotated in pairs
+    (adjacent when ``interleaved``, else the two halves) by the cached angles."""
+    shape = x.shape
+    y = x.transpose(1, 2) if x.dim() == 4 else x.reshape(shape[0], shape[1], heads, -1)
+    dim = dim or y.shape[3]
+    if position is not None:
+        cos, sin = cos[position], sin[position]
+    cos, sin = cos.unsqueeze(2), sin.unsqueeze(2)
+    rot, keep = y[..., :dim], y[..., dim:]
+    x1, x2 = (rot[..., 0::2], rot[..., 1::2]) if interleaved else rot.chunk(2, -1)
+    real, imag = cos * x1 - sin * x2, sin * x1 + cos * x2
+    rot = torch.stack([real, imag], -1).reshape(rot.shape) if interleaved else torch.cat([real, imag], -1)
+    out = torch.cat([rot, keep], -1)
+    return out.transpose(1, 2) if x.dim() == 4 else out.reshape(shape)
