@@ -30,6 +30,7 @@ from pathweave.frontend import (  # noqa: F401  (they register converters)
     onnx_ops_extra,
     onnx_ops_more,
     onnx_ops_shape,
+    onnx_quant,
     onnx_resize,
 )
 from pathweave.frontend.graph import FixedInput

@@ -190,18 +190,25 @@ def window(n: OnnxNode, kernel: list[int]) -> Window:
 @op("Conv", attrs=("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"))
 def conv(n: OnnxNode) -> Any:
     n.floats_only()
-    w = n.val(1)
-    kernel = list(n.at.get("kernel_shape", w.shape[2:]))
-    if kernel != list(w.shape[2:]) or len(kernel) not in (1, 2, 3):
-        raise UnsupportedError(f"kernel_shape {kernel} with weights of shape {list(w.shape)}")
+    return conv_call(n, n.x(0), n.x(1), n.ins[2] if n.has(2) else None)
+
+
+def conv_call(
+    n: OnnxNode, x: torch.fx.Node, w: torch.fx.Node, bias: torch.fx.Node | None, weight_input: int = 1
+) -> torch.fx.Node:
+    """The convolution of ``x`` by ``w`` (shaped as input ``weight_input``) with the node's window
+    attributes (shared with ConvInteger and QLinearConv)."""
+    shape = n.val(weight_input).shape
+    kernel = list(n.at.get("kernel_shape", shape[2:]))
+    if kernel != list(shape[2:]) or len(kernel) not in (1, 2, 3):
+        raise UnsupportedError(f"kernel_shape {kernel} with weights of shape {list(shape)}")
     win = window(n, kernel)
-    x, padding = n.x(0), win.begin
+    padding = win.begin
     if win.begin != win.end:
         x = n.call(aten.constant_pad_nd.default, x, _torch_pad(win.begin, win.end), 0.0)
         padding = [0] * len(kernel)
-    bias = n.ins[2] if n.has(2) else None
     target = {1: aten.conv1d.default, 2: aten.conv2d.default, 3: aten.conv3d.default}[len(kernel)]
-    return n.call(target, x, n.x(1), bias, win.strides, padding, win.dilations, n.at.get("group", 1))
+    return n.call(target, x, w, bias, win.strides, padding, win.dilations, n.at.get("group", 1))
 
 
 @op("ConvTranspose", attrs=("auto_pad", "dilations", "group", "kernel_shape", "output_padding",

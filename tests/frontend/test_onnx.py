@@ -393,3 +393,32 @@ def test_an_empty_input_read_only_for_its_dtype_is_taken(tmp_path) -> None:
     assert torch.equal(fn(x, like)[0], x.double())
     with pytest.raises(InputError, match="example input 0 is empty"):
         pathweave.optimize(path, torch.randn(0), like, strategy="sequential")
+
+
+def test_int8_models_in_both_formats_match_onnxruntime(tmp_path) -> None:
+    """QDQ (per-channel weights) and QOperator (QLinearConv with pads, QLinearMatMul, MatMulInteger)
+    on odd sizes, exactly as ONNX Runtime rounds them."""
+    rng = np.random.default_rng(4)
+    q = lambda name, a, t=np.int8: numpy_helper.from_array(np.array(a, dtype=t), name)  # noqa: E731
+    f = lambda name, a: numpy_helper.from_array(np.array(a, dtype=np.float32), name)  # noqa: E731
+    inits = [
+        f("xs", 0.05), q("xz", 3, np.uint8), q("w", rng.integers(-90, 90, (5, 3, 3, 3))),
+        f("ws", rng.uniform(0.01, 0.03, 5)), q("wz", [0] * 5), f("ys", 0.2), q("yz", 120, np.uint8),
+        q("b", rng.integers(-500, 500, 5), np.int32), q("m", rng.integers(0, 255, (30, 4)), np.uint8),
+        f("ms", 0.02), q("mz", 7, np.uint8), f("os", 0.3), q("oz", 5, np.uint8),
+        q("az", 4, np.uint8), q("bz", 2, np.uint8),
+    ]  # fmt: skip
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+        helper.make_node("QLinearConv", ["xq", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"], ["c"],
+                         pads=[1, 0, 2, 1], strides=[2, 1]),
+        helper.make_node("DequantizeLinear", ["c", "ys", "yz"], ["cd"]),
+        helper.make_node("Reshape", ["c", "shape"], ["flat"]),
+        helper.make_node("QLinearMatMul", ["flat", "ys", "yz", "m", "ms", "mz", "os", "oz"], ["mm"]),
+        helper.make_node("MatMulInteger", ["flat", "m", "az", "bz"], ["mi"]),
+    ]  # fmt: skip
+    inits.append(_const("shape", [5, -1]))
+    outputs = [_vi("cd", None), _vi("mm", None, TensorProto.UINT8), _vi("mi", None, TensorProto.INT32)]
+    model = _graph(nodes, [_vi("x", [1, 3, 9, 7])], outputs, inits)
+    x = rng.standard_normal((1, 3, 9, 7)).astype(np.float32) * 4
+    _check(tmp_path, model, x)  # the conv's (1, 5, 5, 6) output, flattened to (5, 30), feeds (30, 4)
