@@ -32,6 +32,7 @@ from pathweave.frontend import (  # noqa: F401  (they register converters)
     onnx_ops_shape,
     onnx_quant,
     onnx_resize,
+    onnx_rnn,
 )
 from pathweave.frontend.graph import FixedInput
 from pathweave.frontend.onnx_ops import (
