@@ -269,3 +269,19 @@ def _rotary(x, cos, sin, position, interleaved: bool, dim: int, heads: int) -> t
     rot = torch.stack([real, imag], -1).reshape(rot.shape) if interleaved else torch.cat([real, imag], -1)
     out = torch.cat([rot, keep], -1)
     return out.transpose(1, 2) if x.dim() == 4 else out.reshape(shape)
+
+
+@op("BitCast", attrs=("to",))
+def bitcast(n: OnnxNode) -> Any:
+    """The same bits read as another type of the same width."""
+    src = n.val(0).dtype
+    dst = torch_dtype(n.at["to"], "BitCast's target")
+    if src.itemsize != dst.itemsize:
+        raise UnsupportedError(f"BitCast from {src} to {dst}: the widths differ")
+    return n.call(_bitcast, n.x(0), dst)
+
+
+def _bitcast(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    if x.dtype == torch.bool or dtype == torch.bool:  # bool views need the byte detour
+        return x.view(torch.uint8).view(dtype) if x.dtype == torch.bool else x.view(torch.uint8).bool()
+    return x.contiguous().view(dtype)
