@@ -285,3 +285,42 @@ def _bitcast(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     if x.dtype == torch.bool or dtype == torch.bool:  # bool views need the byte detour
         return x.view(torch.uint8).view(dtype) if x.dtype == torch.bool else x.view(torch.uint8).bool()
     return x.contiguous().view(dtype)
+
+
+_GRID_MODES = {"linear": "bilinear", "bilinear": "bilinear", "nearest": "nearest", "cubic": "bicubic",
+               "bicubic": "bicubic"}  # fmt: skip
+
+
+@op("GridSample", attrs=("align_corners", "mode", "padding_mode"))
+def grid_sample(n: OnnxNode) -> Any:
+    """torch's grid_sample computes the same sampling (opset 16 names bilinear/bicubic, 20 linear/cubic);
+    volumes (5-d) take nearest and linear only, as torch does."""
+    n.floats_only()
+    mode = _GRID_MODES.get(_str(n.at, "mode", "linear" if n.opset >= 20 else "bilinear"))
+    padding = _str(n.at, "padding_mode", "zeros")
+    if mode is None or padding not in ("zeros", "border", "reflection") or n.rank(0) not in (4, 5):
+        raise UnsupportedError(f"GridSample mode {n.at.get('mode')!r}, padding {padding!r}, rank {n.rank(0)}")
+    if n.rank(0) == 5 and mode == "bicubic":
+        raise UnsupportedError("GridSample cubic on volumes is not supported")
+    return n.call(torch.nn.functional.grid_sample, n.x(0), n.x(1), mode, padding,
+                  bool(n.at.get("align_corners", 0)))  # fmt: skip
+
+
+@op("AffineGrid", attrs=("align_corners",))
+def affine_grid(n: OnnxNode) -> Any:
+    n.floats_only()
+    size = n.ints(1, "size")
+    return n.call(torch.nn.functional.affine_grid, n.x(0), size, bool(n.at.get("align_corners", 0)))
+
+
+@op("Col2Im", attrs=("dilations", "pads", "strides"))
+def col2im(n: OnnxNode) -> Any:
+    """2-d images only, as torch's fold."""
+    image, block = n.ints(1, "image_shape"), n.ints(2, "block_shape")
+    if len(image) != 2:
+        raise UnsupportedError(f"Col2Im of a {len(image)}-d image (2-d only)")
+    pads = list(n.at.get("pads", [0, 0, 0, 0]))
+    if pads[:2] != pads[2:]:
+        raise UnsupportedError(f"Col2Im with asymmetric pads {pads}")
+    return n.call(torch.nn.functional.fold, n.x(0), image, block, list(n.at.get("dilations", [1, 1])),
+                  pads[:2], list(n.at.get("strides", [1, 1])))  # fmt: skip
