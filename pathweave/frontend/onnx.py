@@ -224,8 +224,8 @@ class _Builder:
         return node.meta["val"]
 
     def convert(self, node: Any, attrs: dict[str, Any]) -> None:
-        if node.op_type == "Constant":
-            self._constant(node.output[0], self._constant_value(attrs))
+        if node.op_type in ("Constant", "If"):  # no converter: they add values, not nodes
+            self._constant_or_if(node, attrs)
             return
         fn, known = CONVERTERS[node.op_type]
         unknown = sorted(set(attrs) - known)
@@ -263,6 +263,35 @@ class _Builder:
             for n in reversed(new):
                 if not n.users:
                     self.graph.erase_node(n)
+
+    def _constant_or_if(self, node: Any, attrs: dict[str, Any]) -> None:
+        if node.op_type == "Constant":
+            self._constant(node.output[0], self._constant_value(attrs))
+        else:
+            self._inline_if(node, attrs)
+
+    def _inline_if(self, node: Any, attrs: dict[str, Any]) -> None:
+        """An If whose condition is known at capture (folded from shapes, or a small input the graph is
+        specialised on) becomes the nodes of the branch it takes; a data-dependent one is refused."""
+        from onnx import helper
+
+        cond = self.consts.get(node.input[0])
+        if cond is None:
+            cond = self.specialise(self.values[node.input[0]], "If's condition")
+        if cond is None or cond.numel() != 1:
+            raise UnsupportedError("If needs a condition known at capture (it is computed from the data)")
+        branch = attrs["then_branch" if bool(cond.reshape(-1)[0]) else "else_branch"]
+        for init in branch.initializer:
+            self._constant(init.name, tensor_from_proto(init, self.np, f"initializer {init.name!r}"))
+        for sub in branch.node:
+            self.convert(sub, _attributes(sub, helper))
+        if len(branch.output) != len(node.output):
+            raise UnsupportedError(f"If branch gives {len(branch.output)} outputs for {len(node.output)}")
+        for name, out in zip(node.output, branch.output, strict=True):
+            if name:
+                self.values[name] = self.values[out.name]
+                if out.name in self.consts:
+                    self.consts[name] = self.consts[out.name]
 
     def _constant_value(self, attrs: dict[str, Any]) -> torch.Tensor:
         if len(attrs) != 1 or next(iter(attrs)) not in _CONSTANT_ATTRS:
@@ -402,10 +431,22 @@ def _opset(model: Any, path: Path) -> int:
     return versions[0]
 
 
+def _nodes(graph: Any) -> list[Any]:
+    """The nodes of ``graph`` and of its If branches (which are inlined)."""
+    out = []
+    for node in graph.node:
+        out.append(node)
+        if node.op_type == "If":
+            for attr in node.attribute:
+                if attr.HasField("g"):
+                    out += _nodes(attr.g)
+    return out
+
+
 def _missing_ops(model: Any, path: Path) -> None:
-    known = {*CONVERTERS, "Constant"}
+    known = {*CONVERTERS, "Constant", "If"}
     missing = sorted({n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op_type}"
-                      for n in model.graph.node
+                      for n in _nodes(model.graph)
                       if n.domain not in ("", "ai.onnx") or n.op_type not in known})  # fmt: skip
     if missing:
         message = f"{path.name}: ONNX ops pathweave cannot convert yet: {', '.join(missing)}"

@@ -422,3 +422,31 @@ def test_int8_models_in_both_formats_match_onnxruntime(tmp_path) -> None:
     model = _graph(nodes, [_vi("x", [1, 3, 9, 7])], outputs, inits)
     x = rng.standard_normal((1, 3, 9, 7)).astype(np.float32) * 4
     _check(tmp_path, model, x)  # the conv's (1, 5, 5, 6) output, flattened to (5, 30), feeds (30, 4)
+
+
+def test_if_with_a_condition_known_at_capture_is_inlined(tmp_path) -> None:
+    """A condition folded from shapes (or a small input the graph is specialised on) picks its branch;
+    one computed from the data is refused, naming the node."""
+    then = helper.make_graph([helper.make_node("Neg", ["x"], ["t"])], "then", [], [_vi("t", None)])
+    other = helper.make_graph([helper.make_node("Abs", ["x"], ["e"])], "else", [], [_vi("e", None)])
+    path = tmp_path / "m.onnx"
+    for source, want in (("Shape", torch.neg), ("ReduceMax", None)):
+        nodes = [
+            helper.make_node(source, ["x"], ["s"]),
+            helper.make_node("ReduceSum", ["s"], ["n"], keepdims=0),
+            helper.make_node("Greater", ["n", "three"], ["c"]),
+            helper.make_node("If", ["c"], ["y"], name="branch", then_branch=then, else_branch=other),
+        ]
+        inits = [
+            numpy_helper.from_array(np.array(3, dtype=np.int64 if source == "Shape" else np.float32), "three")
+        ]
+        onnx.save(_graph(nodes, [_vi("x", [8, 9])], [_vi("y", None)], inits), str(path))
+        x = torch.randn(8, 9)  # more than the 64 elements a shape-setting input may have: data
+        if want is None:
+            with pytest.raises(
+                UnsupportedError, match="If node 'branch': If needs a condition known at capture"
+            ):
+                onnx_module(path, (x,), crosscheck=False)
+        else:
+            gm, _ = onnx_module(path, (x,))  # 8 + 9 > 3: the then branch, and ORT agrees
+            assert torch.equal(gm(x)[0], want(x))
