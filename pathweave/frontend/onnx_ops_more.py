@@ -116,6 +116,19 @@ def gelu(n: OnnxNode) -> Any:
     return n.call(aten.gelu.default, n.x(0), approximate=approximate)
 
 
+@op("SwiGLU", attrs=("alpha",))
+def swiglu(n: OnnxNode) -> Any:
+    """Swish of the gate A times the value B (opset 28); the shapes must match, no broadcasting."""
+    n.floats_only()
+    if n.val(0).shape != n.val(1).shape or n.val(0).dtype != n.val(1).dtype:
+        raise UnsupportedError("SwiGLU takes a gate and a value of one shape and dtype")
+    return n.call(_swiglu, n.x(0), n.x(1), float(n.at.get("alpha", 1.0)))
+
+
+def _swiglu(a: torch.Tensor, b: torch.Tensor, alpha: float) -> torch.Tensor:
+    return a * torch.sigmoid(alpha * a) * b
+
+
 @op("PRelu")
 def prelu(n: OnnxNode) -> Any:
     n.floats_only()
