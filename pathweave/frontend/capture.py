@@ -41,13 +41,15 @@ def capture(
     skips the comparison with onnxruntime.
     """
     if isinstance(model, (str, os.PathLike)) and Path(model).suffix == ".onnx":
-        from pathweave.frontend.onnx import onnx_module
+        from pathweave.frontend.onnx import convert
 
         crosscheck = kwargs.pop("crosscheck", None)  # against onnxruntime (see capture.onnx)
         if kwargs:
             raise InputError(f"{Path(model).name}: ONNX models take positional inputs, not {sorted(kwargs)}")
-        gm, onnx_inputs = onnx_module(Path(model), tuple(inputs) or None, crosscheck=crosscheck)
-        return capture(gm, *onnx_inputs, name=name or Path(model).stem, method=method, check=check)
+        gm, onnx_inputs, fixed = convert(Path(model), tuple(inputs) or None, crosscheck=crosscheck)
+        captured = capture(gm, *onnx_inputs, name=name or Path(model).stem, method=method, check=check)
+        captured.fixed = fixed  # shape-setting inputs the graph was specialised on, checked per call
+        return captured
     if isinstance(model, (str, os.PathLike)):
         name = name or Path(model).stem
         model = load_pt2(Path(model))
@@ -60,7 +62,7 @@ def capture(
     if method not in ("auto", "export", "fx"):
         raise InputError(f"unknown capture method {method!r}; use 'auto', 'export' or 'fx'")
     name = name or type(model).__name__
-    _check_inputs(inputs, kwargs, name)
+    _check_inputs(inputs, kwargs, name, _unread(model))
     inputs, kwargs = _distinct(inputs, kwargs)
     modes = {m: m.training for m in model.modules()}  # restored one by one: a caller may mix modes
     model.eval()
@@ -142,7 +144,16 @@ def _signature(inputs: tuple, kwargs: dict) -> str:
     return describe(pytree.tree_leaves((inputs, kwargs)))
 
 
-def _check_inputs(inputs: tuple, kwargs: dict, name: str) -> None:
+def _unread(model: torch.nn.Module) -> frozenset[int]:
+    """Positions of a GraphModule's inputs that no node reads (an ONNX input used only for its dtype or
+    shape): they may be empty, which other inputs may not."""
+    if not isinstance(model, torch.fx.GraphModule):
+        return frozenset()
+    placeholders = [n for n in model.graph.nodes if n.op == "placeholder"]
+    return frozenset(i for i, n in enumerate(placeholders) if not n.users)
+
+
+def _check_inputs(inputs: tuple, kwargs: dict, name: str, unread: frozenset[int] = frozenset()) -> None:
     leaves = pytree.tree_leaves((inputs, kwargs))
     if not leaves:
         raise InputError(f"{name}: capture needs example inputs (tensors the model is called with)")
@@ -154,7 +165,7 @@ def _check_inputs(inputs: tuple, kwargs: dict, name: str) -> None:
                 f"{name}: example input {i} is on device {leaf.device}; pathweave runs on cpu or cuda, "
                 "with real data (move it with .to('cpu'))"
             )
-        if leaf.numel() == 0:
+        if leaf.numel() == 0 and i not in unread:
             raise InputError(
                 f"{name}: example input {i} is empty (shape {tuple(leaf.shape)}); pathweave specialises "
                 "the model to the example's shapes, so give at least one sample"

@@ -15,6 +15,22 @@ from pathweave.errors import InputError
 Method = Literal["export", "fx", "onnx"]
 
 
+@dataclass(frozen=True)
+class FixedInput:
+    """An input whose value was baked into the graph at capture (an ONNX graph input that sets a shape,
+    axes or pads): the graph is only right for that value, so every call must pass it again."""
+
+    index: int
+    name: str
+    value: torch.Tensor
+    use: str  # what it sets, for the error: "Reshape's shape"
+
+    def matches(self, got: torch.Tensor) -> bool:
+        if self.value.is_floating_point():
+            return torch.allclose(got, self.value, rtol=0.0, atol=0.0, equal_nan=True)
+        return torch.equal(got, self.value)
+
+
 @dataclass
 class Captured:
     """A whole model as a torch.fx GraphModule in inference form.
@@ -30,6 +46,7 @@ class Captured:
     example_inputs: tuple[torch.Tensor, ...]
     method: Method
     name: str = "model"
+    fixed: tuple[FixedInput, ...] = ()  # inputs whose values the graph was specialised on
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.out_spec_unflatten(self.gm(*self.flatten_inputs(args, kwargs)))
@@ -60,6 +77,13 @@ class Captured:
                 raise InputError(
                     f"{self.name}: input {i} is on {got.device}; the graph was captured on {want.device} "
                     f"(move it with .to('{want.device.type}'))"
+                )
+        for f in self.fixed:
+            if not f.matches(flat[f.index].to(f.value.device)):
+                raise InputError(
+                    f"{self.name}: input {f.index} ({f.name!r}) sets {f.use}, so the graph was specialised "
+                    f"on its value {f.value.tolist()}; this call passes {flat[f.index].tolist()} (optimize "
+                    "again for other values)"
                 )
         return flat
 

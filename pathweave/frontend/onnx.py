@@ -24,7 +24,17 @@ import torch.fx
 
 from pathweave.compare import mismatch
 from pathweave.errors import CaptureError, InputError, PathweaveError, UnsupportedError, require
-from pathweave.frontend import onnx_ops_more, onnx_ops_shape  # noqa: F401  (they register their converters)
+from pathweave.frontend import (  # noqa: F401  (they register converters)
+    onnx_attention,
+    onnx_losses,
+    onnx_ops_extra,
+    onnx_ops_more,
+    onnx_ops_shape,
+    onnx_quant,
+    onnx_resize,
+    onnx_rnn,
+)
+from pathweave.frontend.graph import FixedInput
 from pathweave.frontend.onnx_ops import (
     CONVERTERS,
     ONNX_TO_TORCH,
@@ -45,6 +55,9 @@ PROTOBUF_LIMIT = 2**31 - 1
 _CEIL_POOLS = ("MaxPool", "AveragePool", "LpPool")
 #: Constant's attributes that pathweave reads (strings and sparse tensors are refused)
 _CONSTANT_ATTRS = ("value", "value_float", "value_floats", "value_int", "value_ints")
+#: graph inputs of at most this many elements may set shapes, axes or pads (the graph is specialised on
+#: their values); larger ones are data
+MAX_FIXED_ELEMENTS = 64
 
 
 def crosscheck_enabled(crosscheck: bool | None) -> bool:
@@ -157,6 +170,9 @@ class _Builder:
         self.root = torch.nn.Module()
         self.values: dict[str, torch.fx.Node] = {}
         self.consts: dict[str, torch.Tensor] = {}
+        self.inputs: dict[torch.fx.Node, tuple[int, str]] = {}  # placeholder -> (index, ONNX name)
+        self.fixed: dict[torch.fx.Node, FixedInput] = {}  # inputs the graph is specialised on
+        self.may_fix = False  # only on values the caller gave, never on generated examples
         self.np, self.name, self.opset = numpy_helper, name, opset
         self.expected = _inferred_types(model)
         for init in model.graph.initializer:
@@ -181,9 +197,35 @@ class _Builder:
         node.meta["val"] = value
         return node
 
+    def add_input(self, name: str, value: torch.Tensor) -> None:
+        node = self.graph.placeholder("in_" + "".join(c if c.isalnum() else "_" for c in name))
+        node.meta["val"] = value
+        self.inputs[node] = (len(self.inputs), name)
+        self.values[name] = node
+
+    def specialise(self, node: torch.fx.Node, use: str) -> torch.Tensor | None:
+        """``node``'s example value as a constant where it is computed from small graph inputs only (a
+        shape or axes passed as an input): those inputs become ``FixedInput``s, checked on every call.
+        None where it depends on larger inputs (data) or the inputs were not given by the caller."""
+        sources, seen, todo = [], {node}, [node]
+        while todo:
+            n = todo.pop()
+            if n.op == "placeholder":
+                sources.append(n)
+            for m in n.all_input_nodes:
+                if m not in seen:
+                    seen.add(m)
+                    todo.append(m)
+        if not self.may_fix or any(p.meta["val"].numel() > MAX_FIXED_ELEMENTS for p in sources):
+            return None
+        for p in sources:
+            index, name = self.inputs[p]
+            self.fixed.setdefault(p, FixedInput(index, name, p.meta["val"].clone(), use))
+        return node.meta["val"]
+
     def convert(self, node: Any, attrs: dict[str, Any]) -> None:
-        if node.op_type == "Constant":
-            self._constant(node.output[0], self._constant_value(attrs))
+        if node.op_type in ("Constant", "If"):  # no converter: they add values, not nodes
+            self._constant_or_if(node, attrs)
             return
         fn, known = CONVERTERS[node.op_type]
         unknown = sorted(set(attrs) - known)
@@ -195,7 +237,9 @@ class _Builder:
         consts = [self.consts.get(i) for i in node.input]
         used = [bool(o) for o in node.output]
         start = len(self.graph.nodes)
-        view = OnnxNode(self.graph, node.op_type, ins, attrs, consts, self.opset, used, self.add_constant)
+        view = OnnxNode(
+            self.graph, node.op_type, ins, attrs, consts, self.opset, used, self.add_constant, self.specialise
+        )
         out = fn(view)
         outs = out if isinstance(out, tuple) else (out,)
         new = _propagate(self.graph, start)
@@ -219,6 +263,35 @@ class _Builder:
             for n in reversed(new):
                 if not n.users:
                     self.graph.erase_node(n)
+
+    def _constant_or_if(self, node: Any, attrs: dict[str, Any]) -> None:
+        if node.op_type == "Constant":
+            self._constant(node.output[0], self._constant_value(attrs))
+        else:
+            self._inline_if(node, attrs)
+
+    def _inline_if(self, node: Any, attrs: dict[str, Any]) -> None:
+        """An If whose condition is known at capture (folded from shapes, or a small input the graph is
+        specialised on) becomes the nodes of the branch it takes; a data-dependent one is refused."""
+        from onnx import helper
+
+        cond = self.consts.get(node.input[0])
+        if cond is None:
+            cond = self.specialise(self.values[node.input[0]], "If's condition")
+        if cond is None or cond.numel() != 1:
+            raise UnsupportedError("If needs a condition known at capture (it is computed from the data)")
+        branch = attrs["then_branch" if bool(cond.reshape(-1)[0]) else "else_branch"]
+        for init in branch.initializer:
+            self._constant(init.name, tensor_from_proto(init, self.np, f"initializer {init.name!r}"))
+        for sub in branch.node:
+            self.convert(sub, _attributes(sub, helper))
+        if len(branch.output) != len(node.output):
+            raise UnsupportedError(f"If branch gives {len(branch.output)} outputs for {len(node.output)}")
+        for name, out in zip(node.output, branch.output, strict=True):
+            if name:
+                self.values[name] = self.values[out.name]
+                if out.name in self.consts:
+                    self.consts[name] = self.consts[out.name]
 
     def _constant_value(self, attrs: dict[str, Any]) -> torch.Tensor:
         if len(attrs) != 1 or next(iter(attrs)) not in _CONSTANT_ATTRS:
@@ -358,10 +431,22 @@ def _opset(model: Any, path: Path) -> int:
     return versions[0]
 
 
+def _nodes(graph: Any) -> list[Any]:
+    """The nodes of ``graph`` and of its If branches (which are inlined)."""
+    out = []
+    for node in graph.node:
+        out.append(node)
+        if node.op_type == "If":
+            for attr in node.attribute:
+                if attr.HasField("g"):
+                    out += _nodes(attr.g)
+    return out
+
+
 def _missing_ops(model: Any, path: Path) -> None:
-    known = {*CONVERTERS, "Constant"}
+    known = {*CONVERTERS, "Constant", "If"}
     missing = sorted({n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op_type}"
-                      for n in model.graph.node
+                      for n in _nodes(model.graph)
                       if n.domain not in ("", "ai.onnx") or n.op_type not in known})  # fmt: skip
     if missing:
         message = f"{path.name}: ONNX ops pathweave cannot convert yet: {', '.join(missing)}"
@@ -370,27 +455,40 @@ def _missing_ops(model: Any, path: Path) -> None:
 
 def onnx_module(
     path: Path, inputs: tuple[torch.Tensor, ...] | None = None, batch: int = 1, crosscheck: bool | None = None
-):
-    """The ONNX model at ``path`` as (GraphModule returning a tuple, example inputs).
+) -> tuple[torch.fx.GraphModule, tuple[torch.Tensor, ...]]:
+    """The ONNX model at ``path`` as (GraphModule returning a tuple, example inputs); see ``convert``."""
+    gm, inputs, _ = convert(path, inputs, batch, crosscheck)
+    return gm, inputs
 
+
+def convert(
+    path: Path, inputs: tuple[torch.Tensor, ...] | None = None, batch: int = 1, crosscheck: bool | None = None
+) -> tuple[torch.fx.GraphModule, tuple[torch.Tensor, ...], tuple[FixedInput, ...]]:
+    """The ONNX model at ``path`` as (GraphModule returning a tuple, example inputs, the inputs whose
+    values the graph is specialised on: calls must pass them again, ``Captured.fixed`` checks it).
+
+    A small graph input (at most ``MAX_FIXED_ELEMENTS``) that sets a shape, axes, pads or the like is
+    baked into the graph at the value the caller gave; calls must pass the same value
+    (``Captured.fixed``). Without ``inputs`` nothing is specialised: such inputs are refused.
     ``crosscheck`` compares the converted graph with onnxruntime where it is installed (default: on,
     unless ``PATHWEAVE_ONNX_CROSSCHECK=0``)."""
     from onnx import helper, numpy_helper
 
     model = load_model(path)
     _missing_ops(model, path)
+    given = bool(inputs)
     inputs = tuple(inputs) if inputs else example_inputs(model, batch, path)
     check_inputs(model, inputs, path)
     b = _Builder(model, numpy_helper, path.name, _opset(model, path))
+    b.may_fix = given
     for inp, value in zip(graph_inputs(model), inputs, strict=True):
-        b.values[inp.name] = b.graph.placeholder("in_" + "".join(c if c.isalnum() else "_" for c in inp.name))
-        b.values[inp.name].meta["val"] = value
+        b.add_input(inp.name, value)
     for node in model.graph.node:
         _convert_node(b, node, helper, path)
     gm = _module(b, model, path)
     if crosscheck_enabled(crosscheck):
         _check_against_ort(path, gm, inputs)
-    return gm, inputs
+    return gm, inputs, tuple(sorted(b.fixed.values(), key=lambda f: f.index))
 
 
 def _convert_node(b: _Builder, node: Any, helper: Any, path: Path) -> None:
@@ -414,6 +512,7 @@ def _module(b: _Builder, model: Any, path: Path) -> torch.fx.GraphModule:
         value = b.values[o.name]
         outs.append(value if value.op == "call_function" else b.graph.call_function(torch.clone, (value,)))
     b.graph.output(tuple(outs))
+    b.graph.eliminate_dead_code()  # what computed the shapes the graph was specialised on
     for n in b.graph.nodes:  # example values were only for the converters; capture recomputes shapes
         n.meta.pop("val", None)
     return torch.fx.GraphModule(b.root, b.graph, class_name=path.stem.replace("-", "_") or "onnx_model")

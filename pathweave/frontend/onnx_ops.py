@@ -77,6 +77,8 @@ class OnnxNode:
     opset: int
     outputs: list[bool]  # which outputs the model uses
     add_constant: Callable[[torch.Tensor], torch.fx.Node]  # a buffer of the module, read by get_attr
+    #: the example value of a computed input, where the graph may be specialised on it (else None)
+    specialise: Callable[[torch.fx.Node, str], torch.Tensor | None] = lambda node, use: None
 
     def has(self, i: int) -> bool:
         return i < len(self.ins) and self.ins[i] is not None
@@ -91,11 +93,16 @@ class OnnxNode:
         return self.x(i).meta["val"]
 
     def const(self, i: int, what: str) -> torch.Tensor:
+        """Input ``i``'s value: a constant, or computed from small graph inputs the caller gave (the graph
+        is then specialised on their values, checked on every call)."""
         value = self.consts[i] if i < len(self.consts) else None
+        if value is None and self.has(i):
+            value = self.specialise(self.ins[i], f"{self.op_type}'s {what}")  # type: ignore[arg-type]
         if value is None:
             raise UnsupportedError(
-                f"needs a constant {what} (input {i}), but it is computed in the graph or is a graph "
-                "input; fold it into an initializer (e.g. with onnxsim) or export with static shapes"
+                f"needs a constant {what} (input {i}), but it is computed from the data in the graph; fold "
+                "it into an initializer (e.g. with onnxsim), export with static shapes, or, where it is a "
+                "small graph input, pass its value as an example input"
             )
         return value
 
@@ -183,18 +190,76 @@ def window(n: OnnxNode, kernel: list[int]) -> Window:
 @op("Conv", attrs=("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"))
 def conv(n: OnnxNode) -> Any:
     n.floats_only()
-    w = n.val(1)
-    kernel = list(n.at.get("kernel_shape", w.shape[2:]))
-    if kernel != list(w.shape[2:]) or len(kernel) not in (1, 2, 3):
-        raise UnsupportedError(f"kernel_shape {kernel} with weights of shape {list(w.shape)}")
+    return conv_call(n, n.x(0), n.x(1), n.ins[2] if n.has(2) else None)
+
+
+def conv_call(
+    n: OnnxNode, x: torch.fx.Node, w: torch.fx.Node, bias: torch.fx.Node | None, weight_input: int = 1
+) -> torch.fx.Node:
+    """The convolution of ``x`` by ``w`` (shaped as input ``weight_input``) with the node's window
+    attributes (shared with ConvInteger and QLinearConv)."""
+    shape = n.val(weight_input).shape
+    kernel = list(n.at.get("kernel_shape", shape[2:]))
+    if kernel != list(shape[2:]) or len(kernel) not in (1, 2, 3):
+        raise UnsupportedError(f"kernel_shape {kernel} with weights of shape {list(shape)}")
     win = window(n, kernel)
-    x, padding = n.x(0), win.begin
+    padding = win.begin
     if win.begin != win.end:
         x = n.call(aten.constant_pad_nd.default, x, _torch_pad(win.begin, win.end), 0.0)
         padding = [0] * len(kernel)
-    bias = n.ins[2] if n.has(2) else None
     target = {1: aten.conv1d.default, 2: aten.conv2d.default, 3: aten.conv3d.default}[len(kernel)]
-    return n.call(target, x, n.x(1), bias, win.strides, padding, win.dilations, n.at.get("group", 1))
+    return n.call(target, x, w, bias, win.strides, padding, win.dilations, n.at.get("group", 1))
+
+
+@op("ConvTranspose", attrs=("auto_pad", "dilations", "group", "kernel_shape", "output_padding",
+                             "output_shape", "pads", "strides"))  # fmt: skip
+def conv_transpose(n: OnnxNode) -> Any:
+    """The full transposed convolution (no padding), then cropped by the pads and extended by
+    output_padding (positions no input reaches: the bias alone), so any pads and output_padding work."""
+    n.floats_only()
+    w = n.val(1)
+    kernel = list(n.at.get("kernel_shape", w.shape[2:]))
+    k = len(kernel)
+    if kernel != list(w.shape[2:]) or k not in (1, 2, 3):
+        raise UnsupportedError(f"kernel_shape {kernel} with weights of shape {list(w.shape)}")
+    begin, end, strides, dilations = _transpose_pads(n, kernel)
+    target = {1: aten.conv_transpose1d.default, 2: aten.conv_transpose2d.input,
+              3: aten.conv_transpose3d.input}[k]  # fmt: skip
+    group = n.at.get("group", 1)
+    full = n.call(target, n.x(0), n.x(1), None, strides, [0] * k, [0] * k, group, dilations)
+    out = n.call(aten.constant_pad_nd.default, full, _torch_pad([-b for b in begin], [-e for e in end]), 0.0)
+    if n.has(2):
+        out = n.call(aten.add.Tensor, out, n.call(aten.reshape.default, n.x(2), [-1] + [1] * k))
+    return out
+
+
+def _transpose_pads(n: OnnxNode, kernel: list[int]) -> tuple[list[int], list[int], list[int], list[int]]:
+    """Begin and end crops of the full output (an end crop below 0 is output_padding), strides,
+    dilations: from pads, or from output_shape or auto_pad as the spec derives them."""
+    k, size = len(kernel), n.val(0).shape[2:]
+    strides, dilations = list(n.at.get("strides", [1] * k)), list(n.at.get("dilations", [1] * k))
+    extra = list(n.at.get("output_padding", [0] * k))
+    pads = list(n.at.get("pads", [0] * (2 * k)))
+    if len(strides) != k or len(dilations) != k or len(extra) != k or len(pads) != 2 * k:
+        raise UnsupportedError(f"strides, dilations, output_padding or pads do not match the {k}-d kernel")
+    if min(strides + dilations + kernel) < 1:
+        raise UnsupportedError("strides, dilations and kernel must be positive")
+    full = [strides[i] * (size[i] - 1) + extra[i] + (kernel[i] - 1) * dilations[i] + 1 for i in range(k)]
+    auto = _str(n.at, "auto_pad", "NOTSET")
+    shape = list(n.at.get("output_shape", []))
+    if shape or auto in ("SAME_UPPER", "SAME_LOWER"):
+        want = shape[-k:] if shape else [size[i] * strides[i] for i in range(k)]
+        total = [full[i] - want[i] for i in range(k)]
+        upper = auto == "SAME_UPPER"
+        pads = [t // 2 if upper else t - t // 2 for t in total] + [
+            t - t // 2 if upper else t // 2 for t in total
+        ]
+    elif auto == "VALID":
+        pads = [0] * (2 * k)
+    elif auto != "NOTSET":
+        raise UnsupportedError(f"auto_pad {auto!r} is not supported")
+    end = [pads[k + i] - extra[i] for i in range(k)]
+    return pads[:k], end, strides, dilations
 
 
 POOL_ATTRS = ("auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "strides")
@@ -229,14 +294,32 @@ def _padded(n: OnnxNode, x: torch.fx.Node, win: Window, ceil: bool, value: float
 
 @op("MaxPool", attrs=(*POOL_ATTRS, "storage_order"))
 def max_pool(n: OnnxNode) -> Any:
-    n.only_outputs(1)  # ONNX Indices are flat over N and C as well, unlike torch's
     win, ceil = _pool_window(n)
     k = len(win.kernel)
     target = {1: aten.max_pool1d.default, 2: aten.max_pool2d.default, 3: aten.max_pool3d.default}[k]
-    if win.begin == win.end and all(2 * win.begin[i] <= win.effective(i) for i in range(k)):
+    direct = win.begin == win.end and all(2 * win.begin[i] <= win.effective(i) for i in range(k))
+    if len(n.outputs) > 1 and n.outputs[1]:
+        if not direct or k != 2:
+            raise UnsupportedError("MaxPool's Indices output only for 2-d pools with symmetric pads")
+        both = n.call(aten.max_pool2d_with_indices.default, n.x(0), win.kernel, win.strides, win.begin,
+                      win.dilations, ceil)  # fmt: skip
+        height, width = n.val(0).shape[2:]
+        index = n.call(_flat_indices, n.call(operator.getitem, both, 1), height, width,
+                       bool(n.at.get("storage_order", 0)))  # fmt: skip
+        return n.call(operator.getitem, both, 0), index
+    if direct:
         return n.call(target, n.x(0), win.kernel, win.strides, win.begin, win.dilations, ceil)
     x = _padded(n, n.x(0), win, ceil, float("-inf"))
     return n.call(target, x, win.kernel, win.strides, [0] * k, win.dilations, False)
+
+
+def _flat_indices(index: torch.Tensor, height: int, width: int, column_major: bool) -> torch.Tensor:
+    """torch's indices count within each (n, c) plane, row by row; ONNX's over the whole tensor, and
+    column by column within a plane for storage_order 1."""
+    if column_major:
+        index = (index % width) * height + index // width
+    planes = torch.arange(index.shape[0] * index.shape[1]).reshape(index.shape[0], index.shape[1], 1, 1)
+    return index + planes * (height * width)
 
 
 @op("AveragePool", attrs=(*POOL_ATTRS, "count_include_pad"))
@@ -263,6 +346,16 @@ def avg_pool(n: OnnxNode) -> Any:
         win = Window(win.kernel, win.strides, win.dilations, [0] * k, [0] * k)
     counts = _count_windows(mask, win, ceil, n)
     return n.call(aten.div.Tensor, sums, n.constant(counts))
+
+
+@op("LpPool", attrs=(*POOL_ATTRS, "p"))
+def lp_pool(n: OnnxNode) -> Any:
+    """(sum of |x|^p over each window)^(1/p), as a window sum of ones over |x|^p."""
+    win, ceil = _pool_window(n)
+    p, x = float(n.at.get("p", 2)), n.val(0)
+    powered = n.call(aten.pow.Tensor_Scalar, n.call(aten.abs.default, n.x(0)), p)
+    sums = _window_sum(n, _padded(n, powered, win, ceil, 0.0), x.shape[1], win, x.dtype)
+    return n.call(aten.pow.Tensor_Scalar, sums, 1.0 / p)
 
 
 def _window_sum(n: OnnxNode, x: torch.fx.Node, channels: int, win: Window, dtype: torch.dtype):

@@ -14,6 +14,7 @@ import torch
 
 from pathweave.errors import UnsupportedError
 from pathweave.frontend.onnx_ops import CONVERTERS, FLOAT8, OnnxNode, _str, aten, op, torch_dtype
+from pathweave.frontend.onnx_unsigned import UNSIGNED, bit_shift, uint_binary, uint_not
 
 FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 #: dtypes torch's CPU kernels lack for most arithmetic (they raise, or wrap silently)
@@ -106,6 +107,28 @@ _ACTIVATIONS = {
 }
 
 
+@op("Gelu", attrs=("approximate",))
+def gelu(n: OnnxNode) -> Any:
+    n.floats_only()
+    approximate = _str(n.at, "approximate", "none")
+    if approximate not in ("none", "tanh"):
+        raise UnsupportedError(f"Gelu approximate={approximate!r} is not supported (none or tanh)")
+    return n.call(aten.gelu.default, n.x(0), approximate=approximate)
+
+
+@op("SwiGLU", attrs=("alpha",))
+def swiglu(n: OnnxNode) -> Any:
+    """Swish of the gate A times the value B (opset 28); the shapes must match, no broadcasting."""
+    n.floats_only()
+    if n.val(0).shape != n.val(1).shape or n.val(0).dtype != n.val(1).dtype:
+        raise UnsupportedError("SwiGLU takes a gate and a value of one shape and dtype")
+    return n.call(_swiglu, n.x(0), n.x(1), float(n.at.get("alpha", 1.0)))
+
+
+def _swiglu(a: torch.Tensor, b: torch.Tensor, alpha: float) -> torch.Tensor:
+    return a * torch.sigmoid(alpha * a) * b
+
+
 @op("PRelu")
 def prelu(n: OnnxNode) -> Any:
     n.floats_only()
@@ -136,6 +159,8 @@ for _name, _target in {"Add": aten.add.Tensor, "Sub": aten.sub.Tensor, "Mul": at
 
 def _binary(n: OnnxNode, target: Any) -> torch.fx.Node:
     dtype = _same_dtype(n)
+    if dtype in UNSIGNED:
+        return n.call(uint_binary, n.x(0), n.x(1), n.op_type.lower())
     if dtype in NO_ARITH:
         raise UnsupportedError(f"{n.op_type} on {dtype} is not supported")
     return n.call(target, n.x(0), n.x(1))
@@ -144,6 +169,8 @@ def _binary(n: OnnxNode, target: Any) -> torch.fx.Node:
 @op("Div")
 def div(n: OnnxNode) -> Any:
     dtype = _same_dtype(n)
+    if dtype in UNSIGNED:
+        return n.call(uint_binary, n.x(0), n.x(1), "div")
     if dtype in NO_ARITH:
         raise UnsupportedError(f"Div on {dtype} is not supported")
     if dtype.is_floating_point:
@@ -170,6 +197,9 @@ def _int_mod(a: torch.Tensor, b: torch.Tensor, fmod: bool) -> torch.Tensor:
 @op("Pow")
 def pow_(n: OnnxNode) -> Any:
     base, exp = n.val(0).dtype, n.val(1).dtype
+    if exp in UNSIGNED and base.is_floating_point:  # as numpy: in float64, which holds their values
+        x = n.call(aten.pow.Tensor_Tensor, n.cast(n.x(0), torch.float64), n.cast(n.x(1), torch.float64))
+        return n.cast(x, base)
     if base in NO_ARITH or exp in NO_ARITH:
         raise UnsupportedError(f"Pow on {base} and {exp} is not supported")
     if not base.is_floating_point and exp.is_floating_point:
@@ -188,23 +218,36 @@ def _int_pow(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 @op("Mod", attrs=("fmod",))
 def mod(n: OnnxNode) -> Any:
     dtype = _same_dtype(n)
+    if dtype in UNSIGNED:  # both signs agree: remainder and fmod are one
+        return n.call(uint_binary, n.x(0), n.x(1), "mod")
     if dtype in NO_ARITH:
         raise UnsupportedError(f"Mod on {dtype} is not supported")
-    if n.at.get("fmod", 0) or dtype.is_floating_point:
-        if dtype.is_floating_point and not n.at.get("fmod", 0):
-            raise UnsupportedError("Mod of floats needs fmod=1")
-        if dtype.is_floating_point:
+    if dtype.is_floating_point:
+        if n.at.get("fmod", 0):
             return n.call(aten.fmod.Tensor, n.x(0), n.x(1))
+        return n.call(_float_mod, n.x(0), n.x(1))
+    if n.at.get("fmod", 0):
         return n.call(_int_mod, n.x(0), n.x(1), True)
     return n.call(_int_mod, n.x(0), n.x(1), False)  # sign of the divisor, like Python
 
 
+def _float_mod(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """numpy's float mod (ONNX's with fmod=0): the remainder takes the divisor's sign, a zero remainder
+    too; torch.remainder's a - b * floor(a / b) differs at infinite divisors and signed zeros."""
+    m = torch.fmod(a, b)
+    m = torch.where((m != 0) & ((m < 0) != (b < 0)), m + b, m)
+    return torch.where(m == 0, torch.copysign(torch.zeros_like(m), b), m)
+
+
 @op("BitShift", attrs=("direction",))
 def bitshift(n: OnnxNode) -> Any:
-    if _same_dtype(n) != torch.uint8:
-        raise UnsupportedError(f"BitShift on {n.val(0).dtype} is not supported (uint8 only)")
-    left = _str(n.at, "direction", "") == "LEFT"
-    return n.call(aten.bitwise_left_shift.Tensor if left else aten.bitwise_right_shift.Tensor, n.x(0), n.x(1))
+    dtype = _same_dtype(n)
+    if dtype == torch.bool or dtype.is_floating_point or dtype in FLOAT8:
+        raise UnsupportedError(f"BitShift on {dtype} is not supported (integers only)")
+    direction = _str(n.at, "direction", "")
+    if direction not in ("LEFT", "RIGHT"):
+        raise UnsupportedError(f"BitShift direction {direction!r} is not LEFT or RIGHT")
+    return n.call(bit_shift, n.x(0), n.x(1), direction == "LEFT")
 
 
 _COMPARE = {"Equal": aten.eq.Tensor, "Less": aten.lt.Tensor, "LessOrEqual": aten.le.Tensor,
@@ -214,8 +257,11 @@ _COMPARE = {"Equal": aten.eq.Tensor, "Less": aten.lt.Tensor, "LessOrEqual": aten
 @op(*_COMPARE)
 def compare(n: OnnxNode) -> Any:
     dtype = _same_dtype(n)
-    if dtype in (torch.uint16, torch.uint32, torch.uint64, *FLOAT8):
+    if dtype in FLOAT8:
         raise UnsupportedError(f"{n.op_type} on {dtype} is not supported")
+    if dtype in UNSIGNED:
+        kind = {"Equal": "eq", "Less": "lt", "LessOrEqual": "le", "Greater": "gt", "GreaterOrEqual": "ge"}
+        return n.call(uint_binary, n.x(0), n.x(1), kind[n.op_type])
     return n.call(_COMPARE[n.op_type], n.x(0), n.x(1))
 
 
@@ -227,26 +273,39 @@ _LOGIC = {"And": aten.logical_and.default, "Or": aten.logical_or.default, "Xor":
 @op(*_LOGIC)
 def logic(n: OnnxNode) -> Any:
     dtype = _same_dtype(n)
-    if dtype in (torch.uint16, torch.uint32, torch.uint64) or dtype.is_floating_point:
+    if (
+        dtype.is_floating_point
+        or dtype in FLOAT8
+        or (dtype != torch.bool and n.op_type in ("And", "Or", "Xor"))
+    ):
         raise UnsupportedError(f"{n.op_type} on {dtype} is not supported")
+    if dtype in UNSIGNED:
+        return n.call(uint_binary, n.x(0), n.x(1), n.op_type.removeprefix("Bitwise").lower())
     return n.call(_LOGIC[n.op_type], n.x(0), n.x(1))
 
 
 @op("Not", "BitwiseNot")
 def logical_not(n: OnnxNode) -> Any:
-    n.refuse_dtypes(torch.uint16, torch.uint32, torch.uint64, *FLOATS, *FLOAT8)
+    n.refuse_dtypes(*FLOATS, *FLOAT8)
+    if n.val(0).dtype in UNSIGNED:
+        return n.call(uint_not, n.x(0))
     return n.call(aten.bitwise_not.default, n.x(0))
 
 
 @op("Sum", "Mean", "Max", "Min")
 def variadic(n: OnnxNode) -> Any:
     dtype = _same_dtype(n)
-    if dtype in NO_ARITH or (n.op_type == "Mean" and not dtype.is_floating_point):
+    unsigned = dtype in UNSIGNED and n.op_type != "Mean"
+    if (dtype in NO_ARITH and not unsigned) or (n.op_type == "Mean" and not dtype.is_floating_point):
         raise UnsupportedError(f"{n.op_type} on {dtype} is not supported")
     target = {"Sum": aten.add.Tensor, "Mean": aten.add.Tensor, "Max": aten.maximum.default,
               "Min": aten.minimum.default}[n.op_type]  # fmt: skip
+    kind = {"Sum": "add", "Max": "max", "Min": "min"}.get(n.op_type, "")
     ins = [n.x(i) for i in range(len(n.ins))]
-    out = functools.reduce(lambda a, b: n.call(target, a, b), ins)
+    if unsigned:
+        out = functools.reduce(lambda a, b: n.call(uint_binary, a, b, kind), ins)
+    else:
+        out = functools.reduce(lambda a, b: n.call(target, a, b), ins)
     if len(ins) == 1:
         out = n.call(aten.clone.default, out)
     return n.call(aten.div.Tensor, out, len(ins)) if n.op_type == "Mean" else out
@@ -289,8 +348,23 @@ def cast(n: OnnxNode) -> Any:
         if dst in FLOAT8 and n.at.get("saturate", 1):
             x = n.call(_saturate, x, dst)
         elif dst in FLOAT8:
-            raise UnsupportedError("Cast to float8 with saturate=0 is not supported")
+            x = n.call(_overflow, x, dst)
     return n.cast(x, dst)
+
+
+def _overflow(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Non-saturating float8 casts: a value past the largest finite one after rounding becomes infinity
+    where the type has one (e5m2), NaN elsewhere; torch's own cast saturates some of them."""
+    x32 = x.to(torch.float32)
+    y = x32.to(dtype).to(torch.float32)
+    big = torch.finfo(dtype).max
+    over = torch.isinf(x32) | ((x32.abs() > big) & (y.abs() >= big))
+    special = (
+        torch.copysign(torch.full_like(x32, math.inf), x32)
+        if dtype == torch.float8_e5m2
+        else torch.full_like(x32, math.nan)
+    )
+    return torch.where(over, special, x32)
 
 
 def _saturate(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

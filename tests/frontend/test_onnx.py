@@ -79,6 +79,21 @@ def test_asymmetric_pads_in_conv_and_pools(tmp_path) -> None:
     _check(tmp_path, model, rng.standard_normal((1, 3, 9, 7)).astype(np.float32))
 
 
+@pytest.mark.parametrize("attrs", [
+    {"pads": [0, 1, 2, 1], "strides": [2, 3], "output_padding": [1, 0], "dilations": [1, 2]},
+    {"strides": [2, 2], "output_shape": [18, 15], "group": 2},
+    {"auto_pad": "SAME_UPPER", "strides": [3, 1]},
+    {"auto_pad": "SAME_LOWER", "strides": [2, 2], "dilations": [2, 1]},
+])  # fmt: skip
+def test_conv_transpose_with_any_pads_output_padding_and_shape(tmp_path, attrs: dict) -> None:
+    rng = np.random.default_rng(3)
+    w = numpy_helper.from_array(rng.standard_normal((4, 3, 3, 2)).astype(np.float32), "w")
+    b = numpy_helper.from_array(rng.standard_normal(3 * attrs.get("group", 1)).astype(np.float32), "b")
+    nodes = [helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], **attrs)]
+    model = _graph(nodes, [_vi("x", [1, 4, 9, 7])], [_vi("y", None)], [w, b])
+    _check(tmp_path, model, rng.standard_normal((1, 4, 9, 7)).astype(np.float32))
+
+
 def test_indexing_and_shape_ops(tmp_path) -> None:
     nodes = [
         helper.make_node("Gather", ["x", "idx"], ["g"], axis=1),
@@ -233,7 +248,28 @@ def test_unknown_attributes_and_non_constant_shapes_are_refused(tmp_path) -> Non
         _graph(nodes, [_vi("x", [2, 3]), _vi("s", [2], TensorProto.INT64)], [_vi("y", None)]), str(path)
     )
     with pytest.raises(UnsupportedError, match="Reshape node 'rs': needs a constant shape"):
-        onnx_module(path, (torch.randn(2, 3), torch.tensor([3, 2])), crosscheck=False)
+        onnx_module(path, crosscheck=False)  # generated examples: no value to specialise on
+    nodes = [helper.make_node("Reshape", ["x", "s"], ["y"], name="rs")]
+    onnx.save(_graph(nodes, [_vi("x", [64, 2]), _vi("s", [128], TensorProto.INT64)], [_vi("y", None)]),
+              str(path))  # fmt: skip
+    with pytest.raises(UnsupportedError, match="Reshape node 'rs': needs a constant shape"):
+        onnx_module(path, (torch.randn(64, 2), torch.ones(128, dtype=torch.int64)), crosscheck=False)
+
+
+def test_a_shape_given_as_a_small_graph_input_is_specialised_and_checked_per_call(tmp_path) -> None:
+    """The caller's value is baked into the graph (through the ops computing the shape from it); a
+    later call with another value is refused naming the input, the same one runs."""
+    path = tmp_path / "m.onnx"
+    nodes = [helper.make_node("Mul", ["s", "two"], ["s2"]), helper.make_node("Reshape", ["x", "s2"], ["y"])]
+    inputs = [_vi("x", [2, 6]), _vi("s", [2], TensorProto.INT64)]
+    onnx.save(_graph(nodes, inputs, [_vi("y", None)], [_const("two", [1, 2])]), str(path))
+    x, s = torch.randn(2, 6), torch.tensor([3, 2])
+    fn = pathweave.optimize(path, x, s, strategy="sequential")
+    torch.testing.assert_close(fn(x, s)[0], x.reshape(3, 4), rtol=0, atol=0)
+    x2 = torch.randn(2, 6)
+    torch.testing.assert_close(fn(x2, s.clone())[0], x2.reshape(3, 4), rtol=0, atol=0)
+    with pytest.raises(InputError, match=r"input 1 \('s'\) sets Reshape's shape.*\[3, 2\].*\[2, 3\]"):
+        fn(x, torch.tensor([2, 3]))
 
 
 def test_semantics_onnx_keeps_without_onnxruntime(tmp_path) -> None:
@@ -343,3 +379,74 @@ def test_integer_division_by_minus_one_does_not_trap(tmp_path, op: str, attrs: d
     x = torch.tensor([-(2**31), 7, 7], dtype=torch.int32)
     got = fn(x, torch.tensor([-1, 2, -2], dtype=torch.int32))[0]
     assert got.tolist() == want
+
+
+def test_an_empty_input_read_only_for_its_dtype_is_taken(tmp_path) -> None:
+    """CastLike's second input gives a dtype: exporters and the ONNX tests pass an empty tensor there,
+    which capture otherwise refuses (it specialises on shapes). Data inputs stay refused when empty."""
+    path = tmp_path / "m.onnx"
+    nodes = [helper.make_node("CastLike", ["x", "like"], ["y"])]
+    inputs = [_vi("x", ["n"]), _vi("like", [0], TensorProto.DOUBLE)]
+    onnx.save(_graph(nodes, inputs, [_vi("y", None, TensorProto.DOUBLE)]), str(path))
+    x, like = torch.randn(3), torch.zeros(0, dtype=torch.float64)
+    fn = pathweave.optimize(path, x, like, strategy="sequential")
+    assert torch.equal(fn(x, like)[0], x.double())
+    with pytest.raises(InputError, match="example input 0 is empty"):
+        pathweave.optimize(path, torch.randn(0), like, strategy="sequential")
+
+
+def test_int8_models_in_both_formats_match_onnxruntime(tmp_path) -> None:
+    """QDQ (per-channel weights) and QOperator (QLinearConv with pads, QLinearMatMul, MatMulInteger)
+    on odd sizes, exactly as ONNX Runtime rounds them."""
+    rng = np.random.default_rng(4)
+    q = lambda name, a, t=np.int8: numpy_helper.from_array(np.array(a, dtype=t), name)  # noqa: E731
+    f = lambda name, a: numpy_helper.from_array(np.array(a, dtype=np.float32), name)  # noqa: E731
+    inits = [
+        f("xs", 0.05), q("xz", 3, np.uint8), q("w", rng.integers(-90, 90, (5, 3, 3, 3))),
+        f("ws", rng.uniform(0.01, 0.03, 5)), q("wz", [0] * 5), f("ys", 0.2), q("yz", 120, np.uint8),
+        q("b", rng.integers(-500, 500, 5), np.int32), q("m", rng.integers(0, 255, (30, 4)), np.uint8),
+        f("ms", 0.02), q("mz", 7, np.uint8), f("os", 0.3), q("oz", 5, np.uint8),
+        q("az", 4, np.uint8), q("bz", 2, np.uint8),
+    ]  # fmt: skip
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+        helper.make_node("QLinearConv", ["xq", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"], ["c"],
+                         pads=[1, 0, 2, 1], strides=[2, 1]),
+        helper.make_node("DequantizeLinear", ["c", "ys", "yz"], ["cd"]),
+        helper.make_node("Reshape", ["c", "shape"], ["flat"]),
+        helper.make_node("QLinearMatMul", ["flat", "ys", "yz", "m", "ms", "mz", "os", "oz"], ["mm"]),
+        helper.make_node("MatMulInteger", ["flat", "m", "az", "bz"], ["mi"]),
+    ]  # fmt: skip
+    inits.append(_const("shape", [5, -1]))
+    outputs = [_vi("cd", None), _vi("mm", None, TensorProto.UINT8), _vi("mi", None, TensorProto.INT32)]
+    model = _graph(nodes, [_vi("x", [1, 3, 9, 7])], outputs, inits)
+    x = rng.standard_normal((1, 3, 9, 7)).astype(np.float32) * 4
+    _check(tmp_path, model, x)  # the conv's (1, 5, 5, 6) output, flattened to (5, 30), feeds (30, 4)
+
+
+def test_if_with_a_condition_known_at_capture_is_inlined(tmp_path) -> None:
+    """A condition folded from shapes (or a small input the graph is specialised on) picks its branch;
+    one computed from the data is refused, naming the node."""
+    then = helper.make_graph([helper.make_node("Neg", ["x"], ["t"])], "then", [], [_vi("t", None)])
+    other = helper.make_graph([helper.make_node("Abs", ["x"], ["e"])], "else", [], [_vi("e", None)])
+    path = tmp_path / "m.onnx"
+    for source, want in (("Shape", torch.neg), ("ReduceMax", None)):
+        nodes = [
+            helper.make_node(source, ["x"], ["s"]),
+            helper.make_node("ReduceSum", ["s"], ["n"], keepdims=0),
+            helper.make_node("Greater", ["n", "three"], ["c"]),
+            helper.make_node("If", ["c"], ["y"], name="branch", then_branch=then, else_branch=other),
+        ]
+        inits = [
+            numpy_helper.from_array(np.array(3, dtype=np.int64 if source == "Shape" else np.float32), "three")
+        ]
+        onnx.save(_graph(nodes, [_vi("x", [8, 9])], [_vi("y", None)], inits), str(path))
+        x = torch.randn(8, 9)  # more than the 64 elements a shape-setting input may have: data
+        if want is None:
+            with pytest.raises(
+                UnsupportedError, match="If node 'branch': If needs a condition known at capture"
+            ):
+                onnx_module(path, (x,), crosscheck=False)
+        else:
+            gm, _ = onnx_module(path, (x,))  # 8 + 9 > 3: the then branch, and ORT agrees
+            assert torch.equal(gm(x)[0], want(x))
