@@ -11,8 +11,9 @@
  * on a condition variable; a push wakes them only when someone is parked (no lost wake-ups: the
  * parker announces itself under the lock before it re-checks the ready count, the pusher counts the
  * ready tile before it looks for parkers, both sequentially consistent).
- * The calling thread is worker 0 and runs the engine too; pw_run returns when every tile has run and
- * every worker has left the engine. Python calls pw_run through ctypes, which releases the GIL.
+ * The calling thread is worker 0 and runs the engine too; pw_run returns as soon as every tile has run
+ * (a worker still inside the engine then touches no tile data; the next pw_run, pw_set_graph and
+ * pw_destroy wait for it). Python calls pw_run through ctypes, which releases the GIL.
  *
  * Kernels are dispatched by op code. Op PW_OP_TEST is a checking kernel: out[t] = bias[t] +
  * 0.5 * sum(out[parents]) after `spin[t]` rounds of arithmetic, so a tile run before one of its
@@ -380,10 +381,6 @@ void pw_set_program(pw_runtime *rt, const int64_t *layers, const int32_t *tile_l
     rt->scratch_floats = scratch_floats;
 }
 
-/* One inference. Returns 0, or 1 + the tile whose kernel failed.
- * The reset happens under park_lock with no worker inside the engine: a worker enters the engine only
- * under that lock, so one that wakes late for the last inference either left before the reset or
- * enters after it, into this inference's consistent state. */
 /* Keep workers 1.. off the CPU the caller (worker 0) runs on. Woken while that CPU was busy and the
  * others idle, the scheduler put a worker next to the caller on this VM, where it waited for the CPU
  * while holding tiles the caller needed: slower on 2 workers than on 1. Re-pinned only when the
@@ -402,6 +399,17 @@ static void keep_off_caller(pw_runtime *rt) {
 #endif
 }
 
+/* One inference. Returns 0, or 1 + the tile whose kernel failed.
+ * The reset happens under park_lock with no worker inside the engine: a worker enters the engine only
+ * under that lock, so one that wakes late for the last inference either left before the reset or
+ * enters after it, into this inference's consistent state.
+ * It returns once done == n_tiles, without waiting for the other workers to leave the engine: every
+ * kernel, ran_on and trace write of a tile comes before that tile's done increment, and a worker that
+ * sees done == n_tiles only leaves (its kept tile is -1: every tile was taken and ran). Waiting for
+ * them cost a scheduler tick whenever a worker lost its core, e.g. to OpenMP's spinning thread after an
+ * ATen call: ViT-small (2 workers, 2 Zen 4 cores, each call right after a sequential-path call) took
+ * a median 7.4 ms that way against 0.67 ms (experiments/tiles_stall.py). After a failed kernel the
+ * others may still be inside theirs, so then it waits. */
 int pw_run(pw_runtime *rt) {
     atomic_store(&rt->hush, 0);
     keep_off_caller(rt);
@@ -430,9 +438,10 @@ int pw_run(pw_runtime *rt) {
     pthread_mutex_unlock(&rt->park_lock);
     if (rt->n_tiles) engine(rt, 0);
     atomic_fetch_sub(&rt->active, 1);
-    while (atomic_load(&rt->active) > 0) sched_yield(); /* nobody may still be inside the engine */
-    int err = atomic_load(&rt->error);
-    return err ? err : 0;
+    const int err = atomic_load(&rt->error);
+    if (err) /* the other workers may still be running a kernel of this inference */
+        while (atomic_load(&rt->active) > 0) sched_yield();
+    return err;
 }
 
 void pw_destroy(pw_runtime *rt) {
