@@ -218,9 +218,10 @@ def test_linger_is_set_and_checked() -> None:
 
 
 def test_runs_back_to_back_while_workers_may_still_be_leaving() -> None:
-    """``run`` returns once every tile has run, not once every worker has left the engine. What follows
-    at once (a run into fresh buffers, a new graph, other workers, close) must still find every tile of
-    the run before done and nothing of it written later: tiny graphs, so workers often arrive late."""
+    """``run`` returns once every tile has run, not once every worker has left the engine, and the next
+    run does not wait for them either: a worker still inside takes part in it. What follows at once (a
+    run into fresh buffers, a new graph, other workers, close) must still find every tile of the run
+    before done, in order, and nothing of it written later: tiny graphs, so workers often arrive late."""
     rt = TileRuntime([], np.zeros(0, np.int32), workers=2)
     rng = np.random.default_rng(5)
     try:
