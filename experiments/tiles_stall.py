@@ -14,7 +14,8 @@ Protocols (``--protocol``, several allowed):
 - ``gap``: each timed tiles call 50 ms after a sequential call (OpenMP's threads asleep by then);
 - ``back``: tiles calls back to back.
 
-Run: ``python experiments/tiles_stall.py [--models vit,llama,squeezenet1_0] [--calls 120]``.
+Run from the repository root (PYTHONPATH: this checkout, not an installed copy):
+``PYTHONPATH=. python experiments/tiles_stall.py [--models vit,llama,squeezenet1_0] [--calls 120]``.
 Models: ``vit`` (transformers ViT, 64x64 image, patches of 8, 2 layers of width 128, random weights),
 ``llama`` (LlamaForCausalLM, width 256, 2 layers, 4 heads, 2 KV heads, vocabulary 1000, 64 tokens: tile
 islands with ATen between them) and any name of ``pathweave.zoo``.
