@@ -283,6 +283,8 @@ class TileRuntime:
     failed_tile: int | None = None
 
     def run(self) -> None:
+        """One inference; it returns once every tile has run, without waiting for workers that lost their
+        core to leave the engine (they leave, or take part in the next run; ``native/tile_runtime.c``)."""
         err = self._lib.pw_run(self.handle)
         self.failed_tile = err - 1 if err else None
         if err:

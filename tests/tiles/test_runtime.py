@@ -12,7 +12,7 @@ import threading
 import numpy as np
 import pytest
 
-from pathweave.errors import ExecutionError, InputError
+from pathweave.errors import ClosedError, ExecutionError, InputError
 from pathweave.tiles.abi import OP_TEST
 from pathweave.tiles.runtime import TileRuntime, csr, depth_columns
 
@@ -215,3 +215,34 @@ def test_linger_is_set_and_checked() -> None:
                 rt.park()  # lingering workers park now; the next run wakes them
     finally:
         rt.close()
+
+
+def test_runs_back_to_back_while_workers_may_still_be_leaving() -> None:
+    """``run`` returns once every tile has run, not once every worker has left the engine, and the next
+    run does not wait for them either: a worker still inside takes part in it. What follows at once (a
+    run into fresh buffers, a new graph, other workers, close) must still find every tile of the run
+    before done, in order, and nothing of it written later: tiny graphs, so workers often arrive late."""
+    rt = TileRuntime([], np.zeros(0, np.int32), workers=2)
+    rng = np.random.default_rng(5)
+    try:
+        for rnd in range(300):
+            parents = _random_graph(int(rng.integers(1, 9)), seed=rnd, window=3)
+            n = len(parents)
+            children: list[list[int]] = [[] for _ in range(n)]
+            for t, ps in enumerate(parents):
+                for p in ps:
+                    children[p].append(t)
+            rt.set_graph(*csr(parents), *csr(children), np.full(n, OP_TEST, np.int32), depth_columns(parents))
+            bias = rng.standard_normal(n).astype(np.float32)
+            for _ in range(3):
+                out = np.full(n, np.nan, np.float32)  # a new buffer each run: the last one is let go
+                rt.set_test_data(out, bias, np.full(n, rnd % 3 * 50, np.int32))
+                rt.run()
+                assert rt.ran_on().min() >= 0, f"round {rnd}: a tile's worker unrecorded"
+                np.testing.assert_array_equal(out, _reference(parents, bias), err_msg=f"round {rnd}")
+            if rnd % 50 == 49:
+                rt.set_workers(1 + rnd // 50 % 3)
+    finally:
+        rt.close()
+    with pytest.raises(ClosedError):
+        rt.run()

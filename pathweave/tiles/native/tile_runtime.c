@@ -11,8 +11,10 @@
  * on a condition variable; a push wakes them only when someone is parked (no lost wake-ups: the
  * parker announces itself under the lock before it re-checks the ready count, the pusher counts the
  * ready tile before it looks for parkers, both sequentially consistent).
- * The calling thread is worker 0 and runs the engine too; pw_run returns when every tile has run and
- * every worker has left the engine. Python calls pw_run through ctypes, which releases the GIL.
+ * The calling thread is worker 0 and runs the engine too; pw_run returns as soon as every tile has run
+ * (a worker still inside the engine then touches no tile data; it leaves, or takes part in the next
+ * inference; pw_set_graph and pw_destroy wait for it). Python calls pw_run through ctypes, which
+ * releases the GIL.
  *
  * Kernels are dispatched by op code. Op PW_OP_TEST is a checking kernel: out[t] = bias[t] +
  * 0.5 * sum(out[parents]) after `spin[t]` rounds of arithmetic, so a tile run before one of its
@@ -305,9 +307,10 @@ static int reserve(pw_runtime *rt, int32_t n) {
 /* The tile graph for the next inferences; call it between inferences, from the thread that calls pw_run
  * (co-execution swaps in the union of several requests' graphs this way, the engines stay). The arrays
  * must outlive their use (Python keeps them). col[t] < 64 is the depth column. 0 on success.
- * As in pw_run, the swap waits under park_lock until no worker is inside the engine, and it marks every
- * tile done, so a worker that wakes late for the last inference leaves the engine at once instead of
- * waiting for tiles of a graph that is not running. */
+ * The swap waits under park_lock until no worker is inside the engine (pw_run need not: a worker still
+ * inside from the last inference joins the next one, see there), and it marks every tile done, so a
+ * worker that wakes late for the last inference leaves the engine at once instead of waiting for tiles
+ * of a graph that is not running. */
 int pw_set_graph(pw_runtime *rt, int32_t n_tiles, const int32_t *p_ptr, const int32_t *p_idx,
                  const int32_t *c_ptr, const int32_t *c_idx, const int32_t *op, const int32_t *col) {
     int err = 0;
@@ -380,10 +383,6 @@ void pw_set_program(pw_runtime *rt, const int64_t *layers, const int32_t *tile_l
     rt->scratch_floats = scratch_floats;
 }
 
-/* One inference. Returns 0, or 1 + the tile whose kernel failed.
- * The reset happens under park_lock with no worker inside the engine: a worker enters the engine only
- * under that lock, so one that wakes late for the last inference either left before the reset or
- * enters after it, into this inference's consistent state. */
 /* Keep workers 1.. off the CPU the caller (worker 0) runs on. Woken while that CPU was busy and the
  * others idle, the scheduler put a worker next to the caller on this VM, where it waited for the CPU
  * while holding tiles the caller needed: slower on 2 workers than on 1. Re-pinned only when the
@@ -402,37 +401,50 @@ static void keep_off_caller(pw_runtime *rt) {
 #endif
 }
 
+/* One inference. Returns 0, or 1 + the tile whose kernel failed.
+ * It returns once done == n_tiles, without waiting for the other workers to leave the engine: every
+ * kernel, ran_on and trace write of a tile comes before that tile's done increment, and a worker that
+ * sees done == n_tiles holds no tile (its kept tile ran: every tile was taken and ran), so it only
+ * leaves. Waiting for them cost a scheduler tick whenever a worker lost its core, e.g. to OpenMP's
+ * spinning thread after an ATen call (experiments/tiles_stall.py). After a failed kernel the others
+ * may still be inside theirs, so then it waits.
+ * The next inference does not wait for such a worker either: it may find one still inside the engine,
+ * which then takes part in the new inference. So the reset keeps this order, under park_lock (a worker
+ * woken from parking enters only under it): the counters of the last inference are replaced while no
+ * tile is visible (the rows are empty after a complete inference and emptied after a failed one,
+ * which no worker is left in); the stamp (generation) is new before a tile becomes visible, so no
+ * kernel takes a cached im2col of the last inference for this one; done is reset before the roots are
+ * pushed, so a tile taken by a worker that comes in from the last inference is counted in this one. */
 int pw_run(pw_runtime *rt) {
     atomic_store(&rt->hush, 0);
     keep_off_caller(rt);
     pthread_mutex_lock(&rt->park_lock);
-    while (atomic_load(&rt->active) > 0) {
-        pthread_mutex_unlock(&rt->park_lock);
-        sched_yield();
-        pthread_mutex_lock(&rt->park_lock);
-    }
     for (int32_t t = 0; t < rt->n_tiles; t++) {
         atomic_store(&rt->pending[t], rt->p_ptr[t + 1] - rt->p_ptr[t]);
         rt->ran_on[t] = -1;
     }
     for (int w = 0; w < rt->n_workers; w++) {
-        for (int c = 0; c < PW_MAX_COLS; c++) rt->rows[w].head[c] = -1;
-        rt->rows[w].mask = 0;
+        pw_row *row = &rt->rows[w];
+        pthread_mutex_lock(&row->lock);
+        for (int c = 0; c < PW_MAX_COLS; c++) row->head[c] = -1;
+        row->mask = 0;
+        pthread_mutex_unlock(&row->lock);
     }
-    atomic_store(&rt->done, 0);
     atomic_store(&rt->error, 0);
     atomic_store(&rt->ready, 0);
     atomic_store(&rt->steals, 0);
-    for (int32_t i = 0; i < rt->n_roots; i++) push_quiet(rt, i % rt->n_workers, rt->roots[i]);
     __atomic_store_n(&rt->generation, rt->generation + 1, __ATOMIC_RELEASE); /* lingering workers read it */
+    atomic_store(&rt->done, 0);
+    for (int32_t i = 0; i < rt->n_roots; i++) push_quiet(rt, i % rt->n_workers, rt->roots[i]);
     atomic_fetch_add(&rt->active, 1);
     pthread_cond_broadcast(&rt->park_cond);
     pthread_mutex_unlock(&rt->park_lock);
     if (rt->n_tiles) engine(rt, 0);
     atomic_fetch_sub(&rt->active, 1);
-    while (atomic_load(&rt->active) > 0) sched_yield(); /* nobody may still be inside the engine */
-    int err = atomic_load(&rt->error);
-    return err ? err : 0;
+    const int err = atomic_load(&rt->error);
+    if (err) /* the other workers may still be running a kernel of this inference */
+        while (atomic_load(&rt->active) > 0) sched_yield();
+    return err;
 }
 
 void pw_destroy(pw_runtime *rt) {
