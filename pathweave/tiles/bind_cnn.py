@@ -30,12 +30,15 @@ from pathweave.tiles.abi import (
     K_ADAPTIVE,
     K_AFFINE,
     K_AVGPOOL,
+    K_BILINEAR,
     K_CAT,
     K_CONV,
     K_EWISE,
     K_LINEAR,
     K_MAXPOOL,
+    K_NEAREST,
     K_PAD,
+    K_SHUFFLE,
     K_SUM,
     KOFF_PAD,
     MATHS,
@@ -73,6 +76,7 @@ from pathweave.tiles.abi import (
 )
 from pathweave.tiles.conv_layout import conv_layout
 from pathweave.tiles.maps import as_ints
+from pathweave.tiles.resize import linear_tables, nearest_index, resize_of
 from pathweave.tiles.rows import (
     LayerRow,
     NoKernel,
@@ -230,6 +234,44 @@ def adaptive_pool(t: LayerRow) -> int:
         raise NoKernel("only 4-D inputs")
     t.row[S_OP], t.row[S_X] = K_ADAPTIVE, x.address
     t.row[S_XSHAPE : S_XSHAPE + 4] = x.shape
+    return 0
+
+
+def _strided_4d(t: LayerRow, name: str) -> View:
+    """A 4-D input read through its strides (any layout, channels_last included)."""
+    x = t.view(t.args[name])
+    if len(x.shape) != 4:
+        raise NoKernel("only 4-D inputs")
+    t.row[S_X] = x.address
+    t.row[S_XSHAPE : S_XSHAPE + 4] = x.shape
+    t.row[S_XSTRIDE : S_XSTRIDE + 4] = x.strides
+    return x
+
+
+def upsample(t: LayerRow) -> int:
+    """upsample_nearest2d and upsample_bilinear2d: the source rows and columns (and bilinear's weights)
+    as eager computes them (``tiles.resize``), in tables the kernel reads."""
+    _strided_4d(t, "input" if "input" in t.args else "self")
+    r = resize_of(t.node, t.args)
+    if r.bilinear:
+        tables = [linear_tables(n, m, r.align_corners, s) for n, m, s in zip(r.in_hw, r.out_hw, r.scales)]
+        index = np.ascontiguousarray(np.concatenate([tables[0][0], tables[1][0]]).reshape(-1), np.int64)
+        weights = np.ascontiguousarray(np.concatenate([tables[0][1], tables[1][1]]).reshape(-1), np.float32)
+        t.keep.append(weights)
+        t.row[S_OP], t.row[S_W] = K_BILINEAR, weights.ctypes.data
+    else:
+        index = np.concatenate([nearest_index(n, m, s) for n, m, s in zip(r.in_hw, r.out_hw, r.scales)])
+        index = np.ascontiguousarray(index, np.int64)
+        t.row[S_OP] = K_NEAREST
+    t.keep.append(index)
+    t.row[S_AUX], t.row[S_NAUX] = index.ctypes.data, len(index)
+    return 0
+
+
+def pixel_shuffle(t: LayerRow) -> int:
+    """pixel_shuffle of a 4-D input by its upscale factor (S_KH)."""
+    _strided_4d(t, "self")
+    t.row[S_OP], t.row[S_KH] = K_SHUFFLE, int(t.args["upscale_factor"])
     return 0
 
 
