@@ -76,7 +76,7 @@ from pathweave.tiles.abi import (
 )
 from pathweave.tiles.conv_layout import conv_layout
 from pathweave.tiles.maps import as_ints
-from pathweave.tiles.resize import linear_tables, nearest_index, resize_of
+from pathweave.tiles.resize import kernel_tables, resize_of
 from pathweave.tiles.rows import (
     LayerRow,
     NoKernel,
@@ -252,16 +252,11 @@ def upsample(t: LayerRow) -> int:
     """upsample_nearest2d and upsample_bilinear2d: the source rows and columns (and bilinear's weights)
     as eager computes them (``tiles.resize``), in tables the kernel reads."""
     _strided_4d(t, "input" if "input" in t.args else "self")
-    r = resize_of(t.node, t.args)
-    if r.bilinear:
-        tables = [linear_tables(n, m, r.align_corners, s) for n, m, s in zip(r.in_hw, r.out_hw, r.scales)]
-        index = np.ascontiguousarray(np.concatenate([tables[0][0], tables[1][0]]).reshape(-1), np.int64)
-        weights = np.ascontiguousarray(np.concatenate([tables[0][1], tables[1][1]]).reshape(-1), np.float32)
+    index, weights = kernel_tables(resize_of(t.node, t.args))
+    if weights is not None:
         t.keep.append(weights)
         t.row[S_OP], t.row[S_W] = K_BILINEAR, weights.ctypes.data
     else:
-        index = np.concatenate([nearest_index(n, m, s) for n, m, s in zip(r.in_hw, r.out_hw, r.scales)])
-        index = np.ascontiguousarray(index, np.int64)
         t.row[S_OP] = K_NEAREST
     t.keep.append(index)
     t.row[S_AUX], t.row[S_NAUX] = index.ctypes.data, len(index)

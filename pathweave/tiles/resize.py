@@ -92,3 +92,16 @@ def source_index(r: Resize, dim: int) -> np.ndarray:
         return linear_tables(n, m, r.align_corners, scale)[0]
     idx = nearest_index(n, m, scale)
     return np.stack([idx, idx], 1)
+
+
+def kernel_tables(r: Resize) -> tuple[np.ndarray, np.ndarray | None]:
+    """The tables ``native/tile_resize.c`` reads: int64 source indices (nearest: one per output row, then
+    one per output column; bilinear: two each) and, for bilinear, their float32 weights laid out alike."""
+    dims = list(zip(r.in_hw, r.out_hw, r.scales, strict=True))
+    if not r.bilinear:
+        index = np.concatenate([nearest_index(n, m, s) for n, m, s in dims])
+        return np.ascontiguousarray(index, np.int64), None
+    tables = [linear_tables(n, m, r.align_corners, s) for n, m, s in dims]
+    index = np.concatenate([idx.reshape(-1) for idx, _ in tables])
+    weights = np.concatenate([lam.reshape(-1) for _, lam in tables])
+    return np.ascontiguousarray(index, np.int64), np.ascontiguousarray(weights, np.float32)
