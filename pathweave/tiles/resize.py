@@ -5,7 +5,8 @@ in float32 as ATen's CPU kernels make them, so that the tiles' range maps and th
 Nearest: ``src = min(floor(o * scale), in - 1)`` with ``scale = float32(1 / factor)`` when a factor is
 given, else ``float32(in) / out``; an output of the input's size copies, one of twice its size reads
 ``o >> 1`` (ATen's ``nearest_idx``). Bilinear: ATen's ``area_pixel_compute_source_index`` (half-pixel
-centres clamped at 0, or ``o * (in - 1) / (out - 1)`` with ``align_corners``), the index floored and
+centres clamped at 0, rounded once as by a fused multiply-add, or ``o * (in - 1) / (out - 1)`` with
+``align_corners``), the index floored and
 clamped, the second index one further unless at the edge, the weight clamped into [0, 1]; an output of
 the input's size copies (weights 1 and 0).
 """
@@ -78,7 +79,10 @@ def linear_tables(n: int, m: int, align: bool, scale: float | None) -> tuple[np.
         real = ratio * o.astype(np.float32)
     else:
         ratio = _f32(1.0 / scale) if scale is not None and scale > 0 else _f32(n) / _f32(m)
-        real = np.maximum(ratio * (o.astype(np.float32) + _f32(0.5)) - _f32(0.5), _f32(0.0))
+        # one rounding, as the fused multiply-add ATen's AVX2 / AVX-512 builds compile this to (the float64
+        # product of two float32 is exact)
+        centre = (o.astype(np.float32) + _f32(0.5)).astype(np.float64)
+        real = np.maximum((np.float64(ratio) * centre - 0.5).astype(np.float32), _f32(0.0))
     i0 = np.minimum(np.floor(real).astype(np.int64), n - 1)
     l1 = np.minimum(np.maximum(real - i0.astype(np.float32), _f32(0.0)), _f32(1.0)).astype(np.float32)
     i1 = i0 + (i0 < n - 1)
