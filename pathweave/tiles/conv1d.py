@@ -5,10 +5,16 @@ tiles' conv2d kernels (and ``tiles.conv_transpose`` for the transposed ones) run
     [N, C, L] -> unsqueeze(2) -> [N, C, 1, L] -> conv2d(weight [O, C/g, 1, k], stride (1, s), padding
     (0, p), dilation (1, d), groups g) -> squeeze(2) -> [N, O, L']
 
-The same products in the same order: exact. A constant weight becomes a 4-D constant (so the 2-D passes
-that need a constant weight, ``fold_bn`` and ``tiles.conv_transpose``, still see one); a weight given at
-run time is unsqueezed in the graph. ``padding="same"`` with an odd total (torch pads the extra after) and
-unbatched inputs stay ATen nodes.
+The same products in the same order: exact. The ``squeeze`` then sinks below the element-wise ops,
+inference batch norms and same-shaped sums that follow (they act per element or per channel, dim 1 in
+both shapes), and an ``unsqueeze(2)`` it meets (the next convolution's) cancels it: a stack of 1-D layers
+stays [N, C, 1, L] from end to end, its batch norms next to their convolutions (``fold_bn`` folds them)
+and its activations run over rows of L values (a 3-D [N, C, L] pads to [N, C, L, 1] in the tiles, whose
+kernels then loop over rows of one value: 4x slower than ATen for a 1-D CNN's ReLUs).
+
+A constant weight becomes a 4-D constant (so the 2-D passes that need a constant weight, ``fold_bn`` and
+``tiles.conv_transpose``, still see one); a weight given at run time is unsqueezed in the graph.
+``padding="same"`` with an odd total (torch pads the extra after) and unbatched inputs stay ATen nodes.
 """
 
 from __future__ import annotations
@@ -19,7 +25,8 @@ from typing import Any
 import torch
 import torch.fx
 
-from pathweave.passes.util import add_constant, aten, constant
+from pathweave.passes.util import BN_PLAIN, add_constant, aten, constant
+from pathweave.tiles.maps import ELEMENTWISE
 
 _CONV = ("input", "weight", "bias", "stride", "padding", "dilation", "groups")
 _TRANSPOSED = ("input", "weight", "bias", "stride", "padding", "output_padding", "groups", "dilation")
@@ -108,8 +115,61 @@ def _weight(gm: torch.fx.GraphModule, node: torch.fx.Node, weight: torch.fx.Node
     return _emit(gm.graph, aten.unsqueeze.default, weight, 2)
 
 
+def _unit_height(node: Any) -> torch.fx.Node | None:
+    """The 4-D [N, C, 1, L] tensor a ``squeeze(2)`` node drops the unit height of, else None."""
+    if not isinstance(node, torch.fx.Node) or node.op != "call_function" or node.target != aten.squeeze.dim:
+        return None
+    src, dim = node.args
+    v = src.meta.get("val") if isinstance(src, torch.fx.Node) else None
+    return (
+        src if isinstance(v, torch.Tensor) and v.dim() == 4 and dim in (2, -2) and v.shape[2] == 1 else None
+    )
+
+
+def _sinkable(user: torch.fx.Node, sq: torch.fx.Node) -> bool:
+    """Whether ``user`` of the squeeze ``sq`` computes the same per element (or per channel) on the 4-D
+    tensor: an element-wise op whose every tensor operand is such a squeeze, or an inference batch norm."""
+    if user.op != "call_function" or not hasattr(user.target, "_schema") or user.args[0] is not sq:
+        return False
+    if user.target == BN_PLAIN:
+        return not user.args[5]
+    name = user.target._overloadpacket.__name__
+    operands = [a for a in (*user.args, *user.kwargs.values()) if isinstance(a, torch.fx.Node)]
+    return name in ELEMENTWISE and all(_unit_height(a) is not None for a in operands)
+
+
+def _sink(gm: torch.fx.GraphModule, squeezes: list[torch.fx.Node]) -> None:
+    """Move each squeeze below the ops that commute with it; cancel it against an ``unsqueeze(2)``."""
+    graph, todo = gm.graph, list(squeezes)
+    while todo:
+        sq = todo.pop(0)
+        for user in list(sq.users):
+            if user.target == aten.unsqueeze.default and user.args[1] in (2, -2):
+                user.replace_all_uses_with(sq.args[0])
+                graph.erase_node(user)
+            elif _sinkable(user, sq):
+                with graph.inserting_before(user):
+                    args = torch.fx.node.map_arg(user.args, lambda a: _unit_height(a) or a)
+                    kwargs = torch.fx.node.map_arg(user.kwargs, lambda a: _unit_height(a) or a)
+                    wide = graph.call_function(user.target, args, kwargs)
+                    meta_args, meta_kwargs = torch.fx.node.map_arg((args, kwargs), _meta_of)
+                    wide.meta = {**user.meta, "val": user.target(*meta_args, **meta_kwargs)}
+                    out = _emit(graph, aten.squeeze.dim, wide, 2)
+                user.replace_all_uses_with(out)
+                graph.erase_node(user)
+                todo.append(out)
+        if not sq.users:
+            graph.erase_node(sq)
+
+
+def _meta_of(node: torch.fx.Node) -> Any:
+    v = node.meta.get("val")
+    return torch.empty_like(v, device="meta") if isinstance(v, torch.Tensor) else v
+
+
 def apply(gm: torch.fx.GraphModule, matches: list[Unsqueeze]) -> None:
     nodes = {n.name: n for n in gm.graph.nodes}
+    squeezes = []
     for u in matches:
         node = nodes[u.node]
         args = _args(node)
@@ -127,3 +187,5 @@ def apply(gm: torch.fx.GraphModule, matches: list[Unsqueeze]) -> None:
         out.meta = {**node.meta, "val": out.meta["val"]}
         node.replace_all_uses_with(out)
         graph.erase_node(node)
+        squeezes.append(out)
+    _sink(gm, squeezes)
