@@ -14,8 +14,13 @@ import torch
 import torch.nn.functional as F
 
 import pathweave
+from pathweave.analysis.ops import op_name
+from pathweave.frontend.capture import capture
+from pathweave.tiles.maps import bound_args
+from pathweave.tiles.ops import TILE_OPS
 from pathweave.tiles.resize import linear_tables, nearest_index
 from pathweave.tiles.strategy import TilesStrategy
+from tests.tiles.brute import dependency_mask
 
 REL = 1e-5
 #: F.interpolate keyword arguments
@@ -163,3 +168,60 @@ def test_segmentation_model_runs_whole() -> None:
     opt = _tiles(model, x)
     with torch.no_grad():
         _close(opt(x), model(x))
+
+
+_RESIZE_OPS = {"upsample_nearest2d", "upsample_bilinear2d", "pixel_shuffle"}
+
+
+def _op(model: torch.nn.Module, x: torch.Tensor) -> tuple[torch.fx.Node, Any]:
+    """The captured graph's one resize node, and its range map's window."""
+    captured = capture(model, x, name="resize")
+    node = next(n for n in captured.gm.graph.nodes if n.op == "call_function" and op_name(n) in _RESIZE_OPS)
+    ((source, window),) = TILE_OPS[op_name(node)].maps(node, bound_args(node))
+    assert source.op == "placeholder"
+    return node, window
+
+
+class _Functional(torch.nn.Module):
+    def __init__(self, fn: Any) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fn(x)
+
+
+_FUNCTIONS = [
+    *[lambda x, kw=kw: F.interpolate(x, **kw) for kw in CASES],
+    lambda x: F.pixel_shuffle(x, 2),
+    lambda x: F.pixel_shuffle(x, 3),
+]
+
+
+@pytest.mark.parametrize("fn", _FUNCTIONS, ids=[*(str(i) for i in range(len(CASES))), "shuffle2", "shuffle3"])
+def test_range_map_covers_every_read(fn: Any) -> None:
+    """Each output element's mapped input region holds every input element it depends on (a NaN set
+    there reaches it: bilinear's zero weights included)."""
+    x = torch.randn(1, 36, 3, 4)
+    node, window = _op(_Functional(fn), x)
+    mask = dependency_mask(fn, [x], 0)
+    out_shape = tuple(node.meta["val"].shape)
+    for o, index in enumerate(np.ndindex(*out_shape)):
+        region = window(tuple((i, i + 1) for i in index))
+        for i in np.nonzero(mask[o])[0]:
+            pos = np.unravel_index(i, x.shape)
+            assert all(lo <= p < hi for p, (lo, hi) in zip(pos, region, strict=True)), (index, pos, region)
+
+
+@pytest.mark.parametrize("fn", _FUNCTIONS, ids=[*(str(i) for i in range(len(CASES))), "shuffle2", "shuffle3"])
+def test_many_small_tiles(fn: Any) -> None:
+    """Many small tiles (a row or a few each, a channel's rows split between tiles) give eager's result."""
+    model, x = _Functional(fn), torch.randn(1, 36, 7, 9)
+    captured = capture(model, x, name="resize")
+    many = {
+        n.name: 97 for n in captured.gm.graph.nodes if n.op == "call_function" and op_name(n) in _RESIZE_OPS
+    }
+    tiles = TilesStrategy(captured, threads=2, tiles_per_layer=lambda n: many.get(n.name, 1))
+    assert max(tiles.graph.layer_tile_start[1:] - tiles.graph.layer_tile_start[:-1]) > 8
+    with torch.no_grad():
+        _close(tiles(x), model(x))
