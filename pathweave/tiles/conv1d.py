@@ -9,8 +9,7 @@ The same products in the same order: exact. The ``squeeze`` then sinks below the
 inference batch norms and same-shaped sums that follow (they act per element or per channel, dim 1 in
 both shapes), and an ``unsqueeze(2)`` it meets (the next convolution's) cancels it: a stack of 1-D layers
 stays [N, C, 1, L] from end to end, its batch norms next to their convolutions (``fold_bn`` folds them)
-and its activations run over rows of L values (a 3-D [N, C, L] pads to [N, C, L, 1] in the tiles, whose
-kernels then loop over rows of one value: 4x slower than ATen for a 1-D CNN's ReLUs).
+and its activations and residual sums in the convolutions' epilogues (``fuse_epilogue``).
 
 A constant weight becomes a 4-D constant (so the 2-D passes that need a constant weight, ``fold_bn`` and
 ``tiles.conv_transpose``, still see one); a weight given at run time is unsqueezed in the graph.
