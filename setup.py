@@ -17,6 +17,7 @@ setup(
                 "pathweave/tiles/native/tile_pool_s1.c",
                 "pathweave/tiles/native/tile_pool_s2.c",
                 "pathweave/tiles/native/tile_winograd.c",
+                "pathweave/tiles/native/tile_resize.c",
                 "pathweave/tiles/native/tile_kernels_seq.c",
                 "pathweave/tiles/native/tile_act.c",
             ],

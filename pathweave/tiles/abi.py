@@ -25,6 +25,8 @@ SCRATCH_HEADER = 16
 #: op codes (slot S_OP)
 K_CONV, K_MAXPOOL, K_AVGPOOL, K_ADAPTIVE, K_LINEAR, K_EWISE, K_CAT, K_AFFINE, K_PAD, K_SUM = range(1, 11)
 K_EMBEDDING, K_LAYERNORM, K_SOFTMAX, K_MAP, K_MATMUL, K_WHERE, K_CONVERT, K_COPY = range(32, 40)
+#: tile_resize.c's (45..49)
+K_NEAREST, K_BILINEAR, K_SHUFFLE = range(45, 48)
 #: how a convolution uses its packed weights (slot S_WPACK_T)
 PACK_PANELS, PACK_TRANSPOSED, PACK_PADDED, PACK_WINOGRAD = range(4)
 #: epilogue activations (slot S_ACT); ACT_GELU_TANH is tile_kernels_seq.h's; from ACT_SILU on tile_act.c's

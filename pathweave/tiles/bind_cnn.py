@@ -30,12 +30,15 @@ from pathweave.tiles.abi import (
     K_ADAPTIVE,
     K_AFFINE,
     K_AVGPOOL,
+    K_BILINEAR,
     K_CAT,
     K_CONV,
     K_EWISE,
     K_LINEAR,
     K_MAXPOOL,
+    K_NEAREST,
     K_PAD,
+    K_SHUFFLE,
     K_SUM,
     KOFF_PAD,
     MATHS,
@@ -73,6 +76,7 @@ from pathweave.tiles.abi import (
 )
 from pathweave.tiles.conv_layout import conv_layout
 from pathweave.tiles.maps import as_ints
+from pathweave.tiles.resize import kernel_tables, resize_of
 from pathweave.tiles.rows import (
     LayerRow,
     NoKernel,
@@ -234,6 +238,39 @@ def adaptive_pool(t: LayerRow) -> int:
     return 0
 
 
+def _strided_4d(t: LayerRow, name: str) -> View:
+    """A 4-D input read through its strides (any layout, channels_last included)."""
+    x = t.view(t.args[name])
+    if len(x.shape) != 4:
+        raise NoKernel("only 4-D inputs")
+    t.row[S_X] = x.address
+    t.row[S_XSHAPE : S_XSHAPE + 4] = x.shape
+    t.row[S_XSTRIDE : S_XSTRIDE + 4] = x.strides
+    return x
+
+
+def upsample(t: LayerRow) -> int:
+    """upsample_nearest2d and upsample_bilinear2d: the source rows and columns (and bilinear's weights)
+    as eager computes them (``tiles.resize``), in tables the kernel reads."""
+    _strided_4d(t, "input" if "input" in t.args else "self")
+    index, weights = kernel_tables(resize_of(t.node, t.args))
+    if weights is not None:
+        t.keep.append(weights)
+        t.row[S_OP], t.row[S_W] = K_BILINEAR, weights.ctypes.data
+    else:
+        t.row[S_OP] = K_NEAREST
+    t.keep.append(index)
+    t.row[S_AUX], t.row[S_NAUX] = index.ctypes.data, len(index)
+    return 0
+
+
+def pixel_shuffle(t: LayerRow) -> int:
+    """pixel_shuffle of a 4-D input by its upscale factor (S_KH)."""
+    _strided_4d(t, "self")
+    t.row[S_OP], t.row[S_KH] = K_SHUFFLE, int(t.args["upscale_factor"])
+    return 0
+
+
 def linear(t: LayerRow) -> int:
     """linear and ``fuse_epilogue``'s linear_act on contiguous operands (the plain linear kernel)."""
     args, row, view = t.args, t.row, t.view
@@ -259,7 +296,10 @@ def _broadcast_strides(v: View, out: tuple[int, ...]) -> list[int]:
     """The strides of ``v`` over the output's index space (right-aligned; 0 where it broadcasts)."""
     lead = len(out) - len(v.shape)
     strides = [0] * lead + [s if n != 1 else 0 for s, n in zip(v.strides, v.shape, strict=True)]
-    return pad4(strides, 0)
+    # the dims padding a shorter output to 4 have size 1, so any stride reads the same; 1 lets the kernel
+    # see the last real dim's rows as whole (``whole_rows``): with 0, a [N, C, L] tensor ran one value per
+    # row (3 element-wise ops over [1, 128, 3199]: 108 ms)
+    return pad4(strides, 1)
 
 
 def ewise(t: LayerRow) -> int:

@@ -19,6 +19,7 @@ from pathweave.analysis.ops import op_name
 from pathweave.frontend.shapes import tensor_specs
 from pathweave.tiles import ranges as tr
 from pathweave.tiles.ranges import Region
+from pathweave.tiles.resize import resize_of, source_index
 
 RegionMap = Callable[[Region], Region | None]
 #: an input node and the map from a region of this node's output to the region of that input it reads
@@ -204,15 +205,31 @@ def adaptive_pool(node: torch.fx.Node, args: dict[str, Any]) -> list[Source]:
     return [(x, partial(tr.adaptive_pool_input, in_shape=shape(x), out_shape=shape(node)))]
 
 
-def upsample_nearest(node: torch.fx.Node, args: dict[str, Any]) -> list[Source]:
-    x = args.get("input", args.get("self"))
-    if "scale_factors" in args:  # the .vec overload: a size or a factor per dim
-        scales = list(args["scale_factors"] or [None, None])
-    else:
-        scales = [args.get("scales_h"), args.get("scales_w")]
-    scales = scales * (2 if len(scales) == 1 else 1)
-    up = partial(tr.upsample_nearest_input, in_shape=shape(x), out_shape=shape(node), scales=scales)
-    return [(x, up)]
+def upsample(node: torch.fx.Node, args: dict[str, Any]) -> list[Source]:
+    """Nearest and bilinear 2-D upsampling: the rows and columns eager reads (``tiles.resize``). Exact
+    when upsampling; a bounding box when a dim shrinks (it skips positions)."""
+    r = resize_of(node, args)
+    rows, cols = source_index(r, 0), source_index(r, 1)
+
+    def window(region: Region) -> Region:
+        (h0, h1), (w0, w1) = region[2], region[3]
+        return (*region[:2], (int(rows[h0, 0]), int(rows[h1 - 1, 1]) + 1),
+                (int(cols[w0, 0]), int(cols[w1 - 1, 1]) + 1))  # fmt: skip
+
+    return [(args.get("input", args.get("self")), window)]
+
+
+def pixel_shuffle(node: torch.fx.Node, args: dict[str, Any]) -> list[Source]:
+    """``pixel_shuffle`` by r: output channel c at (h, w) reads input channel (c r + h % r) r + w % r at
+    (h / r, w / r); a box of the output reads the channels [c0 r^2, c1 r^2) (every offset)."""
+    r = int(args["upscale_factor"])
+
+    def window(region: Region) -> Region:
+        (c0, c1), (h0, h1), (w0, w1) = region[-3], region[-2], region[-1]
+        return (*region[:-3], (c0 * r * r, c1 * r * r), (h0 // r, (h1 - 1) // r + 1),
+                (w0 // r, (w1 - 1) // r + 1))  # fmt: skip
+
+    return [(args["self"], window)]
 
 
 def linear(node: torch.fx.Node, args: dict[str, Any]) -> list[Source]:

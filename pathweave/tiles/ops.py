@@ -103,7 +103,8 @@ TILE_OPS: dict[str, TileOp] = {
     **_rows(("adaptive_avg_pool2d", "_adaptive_avg_pool2d"), maps=maps.adaptive_pool,
             bind=bind_cnn.adaptive_pool, reads="dense"),
     **_rows(("adaptive_max_pool2d",), maps=maps.adaptive_pool, bind=None),
-    **_rows(("upsample_nearest2d",), maps=maps.upsample_nearest, bind=None),
+    **_rows(("upsample_nearest2d", "upsample_bilinear2d"), maps=maps.upsample, bind=bind_cnn.upsample),
+    **_rows(("pixel_shuffle",), maps=maps.pixel_shuffle, bind=bind_cnn.pixel_shuffle),
     # matrix products
     **_rows(("linear",), maps=maps.linear, bind=bind_transformer.linear),
     **_rows(("linear_act",), "matmul", maps=maps.linear, bind=bind_transformer.linear),

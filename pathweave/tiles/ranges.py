@@ -17,8 +17,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-import numpy as np
-
 Range = tuple[int, int]
 
 
@@ -182,27 +180,6 @@ def adaptive_pool_input(region: Region, in_shape: Sequence[int], out_shape: Sequ
     entries: list[Entry] = []
     for (lo, hi), n, m in zip(region, in_shape, out_shape, strict=True):
         entries.append(((lo * n) // m, _ceil_div(hi * n, m)))
-    return tuple(entries)
-
-
-def upsample_nearest_input(
-    region: Region, in_shape: Sequence[int], out_shape: Sequence[int], scales: Sequence[float | None]
-) -> Region:
-    """Nearest upsampling of the trailing ``len(scales)`` dims, with torch's index rule (float32
-    ``floor(o * in/out)``, or ``1/scale`` when a scale is given). Exact when upsampling; a bounding box
-    when a dim shrinks (it skips positions)."""
-    lead = len(in_shape) - len(scales)
-    entries: list[Entry] = list(region[:lead])
-    for i, s in enumerate(scales):
-        n, m = in_shape[lead + i], out_shape[lead + i]
-        lo, hi = region[lead + i]
-        if n == m:
-            entries.append((lo, hi))
-            continue
-        ratio = np.float32(1.0 / s) if s is not None and s > 0 else np.float32(n) / np.float32(m)
-        first = min(int(np.floor(np.float32(lo) * ratio)), n - 1)
-        last = min(int(np.floor(np.float32(hi - 1) * ratio)), n - 1)
-        entries.append((first, last + 1))
     return tuple(entries)
 
 

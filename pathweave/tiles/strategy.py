@@ -21,6 +21,8 @@ from pathweave.passes import canonical, fold_bn, fold_sizes, prune
 from pathweave.passes.pipeline import run_pipeline
 from pathweave.sequential import locate_failure
 from pathweave.strategy import CallGuard, Strategy
+from pathweave.tiles import conv1d as tile_conv1d
+from pathweave.tiles import conv_transpose as tile_conv_transpose
 from pathweave.tiles import fuse_epilogue as tile_fuse
 from pathweave.tiles import fuse_matmul as tile_fuse_matmul
 from pathweave.tiles import sdpa as tile_sdpa
@@ -35,7 +37,8 @@ from pathweave.tiles.program import TileProgram, build_program, output_layers
 from pathweave.tiles.runtime import TileRuntime, gemm_isa
 
 #: the rewrites before a graph is cut into tiles (also those of the tile islands, ``tiles.mixed``)
-PASSES = (canonical, fold_sizes, prune, fold_bn, tile_sdpa, tile_fuse, tile_fuse_matmul)
+PASSES = (canonical, fold_sizes, prune, tile_conv1d, tile_conv_transpose, fold_bn, tile_sdpa, tile_fuse,
+          tile_fuse_matmul)  # fmt: skip
 #: the tile kernels against PyTorch on the same rewritten graph: float sums in another order
 CHECK_RTOL, CHECK_ATOL = 1e-3, 1e-4
 

@@ -43,6 +43,12 @@ enum {
     PW_K_CONVERT = 38,   /* int64 / int32 / bool / float32 to float32 */
     PW_K_COPY = 39       /* a reshape that copies (flatten of a transposed tensor) */
 };
+/* resizing kernels (tile_resize.c), codes 45..49 */
+enum {
+    PW_K_NEAREST = 45,  /* upsample_nearest2d: source rows and columns from a table (S_AUX) */
+    PW_K_BILINEAR = 46, /* upsample_bilinear2d: source pairs (S_AUX) and weights (S_W) from tables */
+    PW_K_SHUFFLE = 47   /* pixel_shuffle by S_KH */
+};
 
 /* packed convolution weights (slot S_WPACK_T): panels of PW_MR rows, or of PW_TR rows for the transposed
  * micro-kernel over an im2col or the input as it lies, or over the input copied with zero padding
@@ -93,6 +99,9 @@ typedef void (*pw_sgemm_fn)(int order, int trans_a, int trans_b, int m, int n, i
  * inferences apart (a cached im2col of an earlier one is stale). 0 on success. */
 int pw_tile_kernel(const int64_t *layer, const int32_t *lo, const int32_t *hi, float *scratch,
                    pw_sgemm_fn sgemm, int64_t stamp);
+
+/* one tile of a resizing layer (PW_K_NEAREST, PW_K_BILINEAR, PW_K_SHUFFLE) (tile_resize.c); 0 on success */
+int pw_resize_tile(const int64_t *layer, const int32_t *lo, const int32_t *hi);
 
 /* act (PW_ACT_SILU or later) over n values in place; p: its parameters (3 floats; NULL for those that
  * take none) (tile_act.c) */
