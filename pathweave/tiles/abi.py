@@ -23,8 +23,10 @@ SLOTS = 48
 #: floats at the start of a worker's scratch that remember what its im2col buffer holds
 SCRATCH_HEADER = 16
 #: op codes (slot S_OP)
-K_CONV, K_MAXPOOL, K_AVGPOOL, K_ADAPTIVE, K_LINEAR, K_EWISE, K_CAT, K_AFFINE, K_PAD, K_SUM = range(1, 11)
+K_CONV, K_MAXPOOL, K_AVGPOOL, K_ADAPTIVE, K_LINEAR, K_EWISE, K_CAT, K_AFFINE, K_PAD = range(1, 10)
 K_EMBEDDING, K_LAYERNORM, K_SOFTMAX, K_MAP, K_MATMUL, K_WHERE, K_CONVERT, K_COPY = range(32, 40)
+#: tile_reduce.c's kernels
+K_REDUCE, K_GROUPNORM, K_ROLL = range(40, 43)
 #: how a convolution uses its packed weights (slot S_WPACK_T)
 PACK_PANELS, PACK_TRANSPOSED, PACK_PADDED, PACK_WINOGRAD = range(4)
 #: epilogue activations (slot S_ACT); ACT_GELU_TANH is tile_kernels_seq.h's; from ACT_SILU on tile_act.c's
@@ -43,6 +45,10 @@ S_OSHAPE, S_XSTRIDE, S_XSHAPE, S_YSTRIDE, S_BINOP, S_ALPHA = 8, 12, 16, 20, 24, 
 S_KH, S_KW, S_SH, S_SW, S_PH, S_PW, S_DH, S_DW, S_GROUPS = range(28, 37)
 S_POINTWISE, S_COUNT_PAD, S_DIVISOR, S_AUX, S_NAUX = 37, 38, 39, 40, 41
 S_WPACK, S_WPACK_T, S_ACT_P, S_PROFILE = 42, 43, 44, 47
+
+#: tile_reduce.c's slots (they reuse the window slots' numbers) and what K_REDUCE computes (SR_KIND)
+SR_KIND, SR_RSHAPE, SR_RSTRIDE, SR_GROUPS = 24, 28, 32, 36
+RED_SUM, RED_MEAN, RED_AMAX, RED_AMIN, RED_VAR, RED_STD = range(6)
 
 # ---- tile_kernels_seq.h: the transformer kernels' slots and codes ------------------------------------------
 SQ_Z, SQ_YSCALAR = S_W, S_ALPHA
@@ -93,4 +99,7 @@ BINOPS = {
     "maximum": BIN_MAX,
     "minimum": BIN_MIN,
 }
+#: K_REDUCE's reductions by ATen op name
+REDUCTIONS = {"sum": RED_SUM, "mean": RED_MEAN, "amax": RED_AMAX, "amin": RED_AMIN, "var": RED_VAR,
+              "std": RED_STD}  # fmt: skip
 DTYPES = {np.float32: DT_F32, np.int64: DT_I64, np.int32: DT_I32, np.bool_: DT_U8}

@@ -14,13 +14,15 @@ import torch.fx
 
 from pathweave.analysis.ops import op_kind, op_name
 from pathweave.errors import UnsupportedError
-from pathweave.tiles import bind_cnn, bind_transformer, maps
+from pathweave.tiles import bind_cnn, bind_reduce, bind_transformer, maps
 from pathweave.tiles.maps import (
     BATCH_NORMS,
     CONVERSIONS,
     CREATION,
+    GROUP_NORMS,
     IDENTITY_VIEWS,
     LAYER_NORMS,
+    REDUCTIONS,
     RESHAPES,
     SLICES,
     SOFTMAXES,
@@ -92,8 +94,8 @@ TILE_OPS: dict[str, TileOp] = {
     **_rows(("softmax", "_softmax"), maps=maps.softmax, bind=bind_transformer.softmax,
             whole=maps.softmax_dims, reads="rows"),
     **_rows(SOFTMAXES - {"softmax", "_softmax"}, maps=maps.softmax, bind=None, whole=maps.softmax_dims),
-    **_rows(("sum",), maps=maps.reduction, bind=bind_cnn.reduce_sum),
-    **_rows(("mean", "amax", "amin"), maps=maps.reduction, bind=None),
+    **_rows(GROUP_NORMS, maps=maps.group_norm, bind=bind_reduce.group_norm, whole=maps.group_norm_dims),
+    **_rows(REDUCTIONS, maps=maps.reduction, bind=bind_reduce.reduce),
     # windows
     **_rows(("conv2d",), maps=maps.conv, bind=bind_cnn.conv, reads="dense"),
     **_rows(("conv2d_act",), "conv", maps=maps.conv_act, bind=bind_cnn.conv, reads="dense"),
@@ -115,6 +117,7 @@ TILE_OPS: dict[str, TileOp] = {
     **_rows(("cat_batch_norm_act",), "reduction", maps=maps.cat_batch_norm, bind=bind_cnn.cat_batch_norm),
     **_rows(("stack",), maps=maps.stack, bind=bind_cnn.stack),
     **_rows(("pad", "constant_pad_nd"), maps=maps.pad, bind=bind_cnn.pad),
+    **_rows(("roll",), maps=maps.roll, bind=bind_reduce.roll),
     # views: folded into their consumers; a reshape that cannot view its input copies, and so does a
     # transpose that its consumer cannot read where it lies (``reads``)
     **_rows(IDENTITY_VIEWS, view=maps.identity, bind=None),

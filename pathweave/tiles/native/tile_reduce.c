@@ -1,0 +1,277 @@
+/* Reductions, group norm and roll of the tile runtime (slots and codes in tile_kernels.h, rows written by
+ * pathweave/tiles/bind_reduce.py). Each call computes one tile: a box of a layer's float32 output, shapes
+ * and strides padded at the end to 4 dims as the tile graph pads them. Inputs are read through strides.
+ *
+ * Sums keep LANES partial sums so that GCC vectorises them without -ffast-math; a maximum or minimum is
+ * one blend per value, with a NaN kept once met (eager's amax / amin give NaN for a slice holding one).
+ * var and std take two passes (the mean, then the squared deviations), as group norm's statistics do. */
+#if defined(__GNUC__) && !defined(__clang__)
+/* nothing here uses floating-point traps: without them GCC if-converts the max / min blends and vectorises */
+#pragma GCC optimize("no-trapping-math")
+#endif
+
+#include "tile_kernels.h"
+
+#include <math.h>
+#include <string.h>
+
+#define LANES 16
+/* output values per block of the column-wise reduction (its accumulators live on the stack) */
+#define BLOCK 256
+/* helpers inlined into each clone of the PW_HOT kernels (a call would run the baseline code) */
+#define PW_INLINE __attribute__((always_inline)) static inline
+
+static inline const float *in_f(int64_t v) { return (const float *)(intptr_t)v; }
+static inline float *out_f(int64_t v) { return (float *)(intptr_t)v; }
+static inline double bits_double(int64_t v) {
+    double d;
+    memcpy(&d, &v, sizeof d);
+    return d;
+}
+
+/* v replaces acc where it is larger (smaller for is_max 0) or NaN; a NaN acc stays */
+PW_INLINE float pick(float acc, float v, int is_max) {
+    const int better = is_max ? v > acc : v < acc;
+    return (better | (v != v)) ? v : acc;
+}
+
+/* ---- one run of values (stride s) ---------------------------------------------------------------- */
+
+PW_INLINE float run_sum(const float *x, int64_t n, int64_t s) {
+    float acc[LANES] = {0};
+    int64_t i = 0;
+    if (s == 1)
+        for (; i + LANES <= n; i += LANES)
+            for (int j = 0; j < LANES; j++) acc[j] += x[i + j];
+    float t = 0.0f;
+    for (; i < n; i++) t += x[i * s];
+    for (int j = 0; j < LANES; j++) t += acc[j];
+    return t;
+}
+
+/* sum of (x - mean)^2 */
+PW_INLINE float run_sq_dev(const float *x, int64_t n, int64_t s, float mean) {
+    float acc[LANES] = {0};
+    int64_t i = 0;
+    if (s == 1)
+        for (; i + LANES <= n; i += LANES)
+            for (int j = 0; j < LANES; j++) acc[j] += (x[i + j] - mean) * (x[i + j] - mean);
+    float t = 0.0f;
+    for (; i < n; i++) t += (x[i * s] - mean) * (x[i * s] - mean);
+    for (int j = 0; j < LANES; j++) t += acc[j];
+    return t;
+}
+
+PW_INLINE float run_pick(const float *x, int64_t n, int64_t s, float acc0, int is_max) {
+    float acc[LANES];
+    for (int j = 0; j < LANES; j++) acc[j] = acc0;
+    int64_t i = 0;
+    if (s == 1)
+        for (; i + LANES <= n; i += LANES)
+            for (int j = 0; j < LANES; j++) acc[j] = pick(acc[j], x[i + j], is_max);
+    float t = acc0;
+    for (; i < n; i++) t = pick(t, x[i * s], is_max);
+    for (int j = 0; j < LANES; j++) t = pick(t, acc[j], is_max);
+    return t;
+}
+
+/* ---- reductions ---------------------------------------------------------------------------------- */
+
+/* the reduced dims: sizes n[0..3] and strides s[0..3], the innermost last (SR_RSHAPE, SR_RSTRIDE) */
+typedef struct {
+    int64_t n[4], s[4], count;
+} reduced;
+
+/* what the kind divides the sum by: the count (mean), count - correction at least 0 (var, std), or 1 */
+static inline double divisor(int kind, const reduced *r, double correction) {
+    if (kind == PW_RED_MEAN) return (double)r->count;
+    if (kind == PW_RED_VAR || kind == PW_RED_STD) return fmax(0.0, (double)r->count - correction);
+    return 1.0;
+}
+
+/* the reduction of the values at base + the reduced dims' offsets into one value */
+PW_INLINE float reduce_one(const float *base, const reduced *r, int kind, double correction) {
+    const int picks = kind == PW_RED_AMAX || kind == PW_RED_AMIN, is_max = kind == PW_RED_AMAX;
+    float m = is_max ? -INFINITY : INFINITY;
+    double total = 0.0;
+    for (int64_t i0 = 0; i0 < r->n[0]; i0++)
+        for (int64_t i1 = 0; i1 < r->n[1]; i1++)
+            for (int64_t i2 = 0; i2 < r->n[2]; i2++) {
+                const float *p = base + i0 * r->s[0] + i1 * r->s[1] + i2 * r->s[2];
+                if (picks)
+                    m = pick(m, run_pick(p, r->n[3], r->s[3], m, is_max), is_max);
+                else
+                    total += run_sum(p, r->n[3], r->s[3]);
+            }
+    if (picks) return m;
+    if (kind == PW_RED_SUM) return (float)total;
+    if (kind == PW_RED_MEAN) return (float)(total / (double)r->count);
+    const float mean = (float)(total / (double)r->count);
+    double dev = 0.0;
+    for (int64_t i0 = 0; i0 < r->n[0]; i0++)
+        for (int64_t i1 = 0; i1 < r->n[1]; i1++)
+            for (int64_t i2 = 0; i2 < r->n[2]; i2++)
+                dev += run_sq_dev(base + i0 * r->s[0] + i1 * r->s[1] + i2 * r->s[2], r->n[3], r->s[3], mean);
+    const double var = dev / divisor(kind, r, correction);
+    return (float)(kind == PW_RED_STD ? sqrt(var) : var);
+}
+
+/* d[e] = the reduction at x + e for e in [0, m), m <= BLOCK: the output's values side by side in x (unit
+ * stride), each reduced slice added one vector of them at a time (a channel mean of NCHW) */
+PW_INLINE void reduce_columns(float *d, const float *x, int64_t m, const reduced *r, int kind, double correction) {
+    const int picks = kind == PW_RED_AMAX || kind == PW_RED_AMIN, is_max = kind == PW_RED_AMAX;
+    const int var = kind == PW_RED_VAR || kind == PW_RED_STD;
+    float acc[BLOCK], mean[BLOCK];
+    for (int64_t e = 0; e < m; e++) acc[e] = picks ? (is_max ? -INFINITY : INFINITY) : 0.0f;
+    for (int64_t i0 = 0; i0 < r->n[0]; i0++)
+        for (int64_t i1 = 0; i1 < r->n[1]; i1++)
+            for (int64_t i2 = 0; i2 < r->n[2]; i2++)
+                for (int64_t i3 = 0; i3 < r->n[3]; i3++) {
+                    const float *p = x + i0 * r->s[0] + i1 * r->s[1] + i2 * r->s[2] + i3 * r->s[3];
+                    if (picks)
+                        for (int64_t e = 0; e < m; e++) acc[e] = pick(acc[e], p[e], is_max);
+                    else
+                        for (int64_t e = 0; e < m; e++) acc[e] += p[e];
+                }
+    if (!var) {
+        const float div = (float)divisor(kind, r, correction);
+        for (int64_t e = 0; e < m; e++) d[e] = kind == PW_RED_MEAN ? acc[e] / div : acc[e];
+        return;
+    }
+    for (int64_t e = 0; e < m; e++) mean[e] = acc[e] / (float)r->count, acc[e] = 0.0f;
+    for (int64_t i0 = 0; i0 < r->n[0]; i0++)
+        for (int64_t i1 = 0; i1 < r->n[1]; i1++)
+            for (int64_t i2 = 0; i2 < r->n[2]; i2++)
+                for (int64_t i3 = 0; i3 < r->n[3]; i3++) {
+                    const float *p = x + i0 * r->s[0] + i1 * r->s[1] + i2 * r->s[2] + i3 * r->s[3];
+                    for (int64_t e = 0; e < m; e++) acc[e] += (p[e] - mean[e]) * (p[e] - mean[e]);
+                }
+    const double div = divisor(kind, r, correction);
+    for (int64_t e = 0; e < m; e++) {
+        const double v = (double)acc[e] / div;
+        d[e] = (float)(kind == PW_RED_STD ? sqrt(v) : v);
+    }
+}
+
+/* out = the reduction (SR_KIND) of x over the dims SR_RSHAPE / SR_RSTRIDE, x's other dims read at the
+ * strides S_XSTRIDE over the output's; the correction of var and std at S_SCALAR */
+PW_HOT static int reduce_tile(const int64_t *L, const int32_t *lo, const int32_t *hi) {
+    const float *x = in_f(L[S_X]);
+    float *out = out_f(L[S_OUT]);
+    const int64_t *os = L + S_OSHAPE, *xs = L + S_XSTRIDE;
+    const int kind = (int)L[SR_KIND];
+    const double correction = bits_double(L[S_SCALAR]);
+    reduced r = {.count = 1};
+    for (int k = 0; k < 4; k++) r.n[k] = L[SR_RSHAPE + k], r.s[k] = L[SR_RSTRIDE + k], r.count *= r.n[k];
+    if (kind < PW_RED_SUM || kind > PW_RED_STD) return 1;
+    /* the output's last dim steps through x one by one while the reduced values do not: reduce whole
+     * vectors of outputs; otherwise one output at a time over runs of the innermost reduced dim */
+    const int columns = xs[3] == 1 && r.s[3] != 1 && hi[3] - lo[3] > 1;
+    for (int64_t a = lo[0]; a < hi[0]; a++)
+        for (int64_t b = lo[1]; b < hi[1]; b++)
+            for (int64_t c = lo[2]; c < hi[2]; c++) {
+                float *d = out + ((a * os[1] + b) * os[2] + c) * os[3];
+                const float *xr = x + a * xs[0] + b * xs[1] + c * xs[2];
+                if (columns) {
+                    for (int64_t e = lo[3]; e < hi[3]; e += BLOCK) {
+                        const int64_t m = hi[3] - e < BLOCK ? hi[3] - e : BLOCK;
+                        reduce_columns(d + e, xr + e, m, &r, kind, correction);
+                    }
+                } else {
+                    for (int64_t e = lo[3]; e < hi[3]; e++) d[e] = reduce_one(xr + e * xs[3], &r, kind, correction);
+                }
+            }
+    return 0;
+}
+
+/* ---- group norm ---------------------------------------------------------------------------------- */
+
+/* mean and 1 / sqrt(var + eps) of channels [c0, c1) of one image (x at image n), all positions */
+PW_INLINE void group_moments(const float *xn, const int64_t *xs, const int64_t *os, int64_t c0, int64_t c1,
+                             float eps, float *mean, float *rstd) {
+    const int64_t H = os[2], W = os[3], count = (c1 - c0) * H * W;
+    /* channels whose positions lie back to back (contiguous NCHW): one run per group */
+    const int flat = xs[3] == 1 && xs[2] == W && xs[1] == H * W;
+    const int64_t rows = flat ? 1 : H, run = flat ? count : W, channels = flat ? 1 : c1 - c0;
+    double total = 0.0, dev = 0.0;
+    for (int64_t c = 0; c < channels; c++)
+        for (int64_t h = 0; h < rows; h++) total += run_sum(xn + (c0 + c) * xs[1] + h * xs[2], run, xs[3]);
+    const float m = (float)(total / (double)count);
+    for (int64_t c = 0; c < channels; c++)
+        for (int64_t h = 0; h < rows; h++) dev += run_sq_dev(xn + (c0 + c) * xs[1] + h * xs[2], run, xs[3], m);
+    const float var = (float)(dev / (double)count);
+    *mean = m;
+    *rstd = 1.0f / sqrtf(var + eps);
+}
+
+/* x * (rstd * weight[c]) + (bias[c] - mean * rstd * weight[c]) per channel c, the statistics of c's
+ * group (SR_GROUPS groups along dim 1) computed over the whole group; weight (S_W), bias (S_BIAS) optional,
+ * eps at S_SCALAR. A tile holding part of a group computes its statistics whole too. */
+PW_HOT static int group_norm_tile(const int64_t *L, const int32_t *lo, const int32_t *hi) {
+    const float *x = in_f(L[S_X]), *w = in_f(L[S_W]), *bias = in_f(L[S_BIAS]);
+    float *out = out_f(L[S_OUT]);
+    const int64_t *os = L + S_OSHAPE, *xs = L + S_XSTRIDE, groups = L[SR_GROUPS];
+    const float eps = (float)bits_double(L[S_SCALAR]);
+    if (groups < 1 || os[1] % groups) return 1;
+    const int64_t per = os[1] / groups;
+    for (int64_t n = lo[0]; n < hi[0]; n++) {
+        const float *xn = x + n * xs[0];
+        for (int64_t g = lo[1] / per; g * per < hi[1]; g++) {
+            float mean, rstd;
+            group_moments(xn, xs, os, g * per, (g + 1) * per, eps, &mean, &rstd);
+            const int64_t c0 = g * per > lo[1] ? g * per : lo[1], c1 = (g + 1) * per < hi[1] ? (g + 1) * per : hi[1];
+            for (int64_t c = c0; c < c1; c++) {
+                const float scale = rstd * (w ? w[c] : 1.0f), shift = (bias ? bias[c] : 0.0f) - mean * scale;
+                for (int64_t h = lo[2]; h < hi[2]; h++) {
+                    float *d = out + ((n * os[1] + c) * os[2] + h) * os[3];
+                    const float *xr = xn + c * xs[1] + h * xs[2];
+                    if (xs[3] == 1)
+                        for (int64_t e = lo[3]; e < hi[3]; e++) d[e] = xr[e] * scale + shift;
+                    else
+                        for (int64_t e = lo[3]; e < hi[3]; e++) d[e] = xr[e * xs[3]] * scale + shift;
+                }
+            }
+        }
+    }
+    return 0;
+}
+
+/* ---- roll ---------------------------------------------------------------------------------------- */
+
+/* i - shift wrapped into [0, n) for i in [0, n), shift in [0, n) */
+static inline int64_t back(int64_t i, int64_t shift, int64_t n) { return i >= shift ? i - shift : i - shift + n; }
+
+/* out[i] = x[(i - shift) mod n] along each dim (shifts at SR_RSTRIDE, in [0, n)); along the last dim
+ * the box's part is at most two runs of x */
+PW_HOT static int roll_tile(const int64_t *L, const int32_t *lo, const int32_t *hi) {
+    const float *x = in_f(L[S_X]);
+    float *out = out_f(L[S_OUT]);
+    const int64_t *os = L + S_OSHAPE, *xs = L + S_XSTRIDE, *sh = L + SR_RSTRIDE;
+    const int64_t W = os[3], s3 = sh[3];
+    for (int64_t a = lo[0]; a < hi[0]; a++)
+        for (int64_t b = lo[1]; b < hi[1]; b++)
+            for (int64_t c = lo[2]; c < hi[2]; c++) {
+                float *d = out + ((a * os[1] + b) * os[2] + c) * os[3];
+                const float *xr = x + back(a, sh[0], os[0]) * xs[0] + back(b, sh[1], os[1]) * xs[1] +
+                                  back(c, sh[2], os[2]) * xs[2];
+                /* outputs [lo3, split) read x from column lo3 - s3 + W, those from split on from column - s3 */
+                const int64_t split = s3 < lo[3] ? lo[3] : (s3 > hi[3] ? hi[3] : s3);
+                if (xs[3] == 1) {
+                    memcpy(d + lo[3], xr + lo[3] - s3 + W, sizeof(float) * (split - lo[3]));
+                    memcpy(d + split, xr + split - s3, sizeof(float) * (hi[3] - split));
+                } else {
+                    for (int64_t e = lo[3]; e < split; e++) d[e] = xr[(e - s3 + W) * xs[3]];
+                    for (int64_t e = split; e < hi[3]; e++) d[e] = xr[(e - s3) * xs[3]];
+                }
+            }
+    return 0;
+}
+
+int pw_reduce_tile(const int64_t *L, const int32_t *lo, const int32_t *hi) {
+    switch (L[S_OP]) {
+    case PW_K_REDUCE: return reduce_tile(L, lo, hi);
+    case PW_K_GROUPNORM: return group_norm_tile(L, lo, hi);
+    case PW_K_ROLL: return roll_tile(L, lo, hi);
+    default: return 1;
+    }
+}
