@@ -26,7 +26,7 @@ SCRATCH_HEADER = 16
 K_CONV, K_MAXPOOL, K_AVGPOOL, K_ADAPTIVE, K_LINEAR, K_EWISE, K_CAT, K_AFFINE, K_PAD = range(1, 10)
 K_EMBEDDING, K_LAYERNORM, K_SOFTMAX, K_MAP, K_MATMUL, K_WHERE, K_CONVERT, K_COPY = range(32, 40)
 #: tile_reduce.c's kernels
-K_REDUCE, K_GROUPNORM, K_ROLL = range(40, 43)
+K_REDUCE, K_GROUPNORM, K_ROLL, K_COMPARE = range(40, 44)
 #: how a convolution uses its packed weights (slot S_WPACK_T)
 PACK_PANELS, PACK_TRANSPOSED, PACK_PADDED, PACK_WINOGRAD = range(4)
 #: epilogue activations (slot S_ACT); ACT_GELU_TANH is tile_kernels_seq.h's; from ACT_SILU on tile_act.c's
@@ -47,8 +47,10 @@ S_POINTWISE, S_COUNT_PAD, S_DIVISOR, S_AUX, S_NAUX = 37, 38, 39, 40, 41
 S_WPACK, S_WPACK_T, S_ACT_P, S_PROFILE = 42, 43, 44, 47
 
 #: tile_reduce.c's slots (they reuse the window slots' numbers) and what K_REDUCE computes (SR_KIND)
-SR_KIND, SR_RSHAPE, SR_RSTRIDE, SR_GROUPS = 24, 28, 32, 36
+SR_KIND, SR_RSHAPE, SR_RSTRIDE, SR_GROUPS, SR_DTYPE = 24, 28, 32, 36, 37
 RED_SUM, RED_MEAN, RED_AMAX, RED_AMIN, RED_VAR, RED_STD = range(6)
+#: what K_COMPARE computes (SR_KIND)
+CMP_EQ, CMP_NE, CMP_LT, CMP_LE, CMP_GT, CMP_GE, CMP_AND, CMP_OR, CMP_NOT = range(9)
 
 # ---- tile_kernels_seq.h: the transformer kernels' slots and codes ------------------------------------------
 SQ_Z, SQ_YSCALAR = S_W, S_ALPHA
@@ -102,4 +104,11 @@ BINOPS = {
 #: K_REDUCE's reductions by ATen op name
 REDUCTIONS = {"sum": RED_SUM, "mean": RED_MEAN, "amax": RED_AMAX, "amin": RED_AMIN, "var": RED_VAR,
               "std": RED_STD}  # fmt: skip
+#: K_COMPARE's ops by ATen op name (the bitwise ops of bool are its logic: xor is ne; isnan is x != x)
+COMPARISONS = {"eq": CMP_EQ, "ne": CMP_NE, "lt": CMP_LT, "le": CMP_LE, "gt": CMP_GT, "ge": CMP_GE,
+               "logical_and": CMP_AND, "logical_or": CMP_OR, "logical_not": CMP_NOT,
+               **dict.fromkeys(("bitwise_and", "__and__"), CMP_AND),
+               **dict.fromkeys(("bitwise_or", "__or__"), CMP_OR),
+               **dict.fromkeys(("bitwise_xor", "__xor__"), CMP_NE), "bitwise_not": CMP_NOT,
+               "isnan": CMP_NE}  # fmt: skip
 DTYPES = {np.float32: DT_F32, np.int64: DT_I64, np.int32: DT_I32, np.bool_: DT_U8}

@@ -1,14 +1,19 @@
 """Kernel binders of ``native/tile_reduce.c`` (slots in ``native/tile_kernels.h``): reductions over any
-dims (sum, mean, amax, amin, var, std), group norm and roll. Shapes and strides are padded at the end to
-4 dims, as the tile graph pads a tile's box.
+dims (sum, mean, amax, amin, var, std), group norm, roll, and the comparisons and logic ops that write
+bool (one byte per value). Shapes and strides are padded at the end to 4 dims, as the tile graph pads a
+tile's box.
 """
 
 from __future__ import annotations
 
 import numpy as np
+import torch.fx
 
 from pathweave.analysis.ops import op_name
 from pathweave.tiles.abi import (
+    COMPARISONS,
+    DTYPES,
+    K_COMPARE,
     K_GROUPNORM,
     K_REDUCE,
     K_ROLL,
@@ -19,13 +24,21 @@ from pathweave.tiles.abi import (
     S_W,
     S_X,
     S_XSTRIDE,
+    S_Y,
+    S_YSTRIDE,
+    SR_DTYPE,
     SR_GROUPS,
     SR_KIND,
     SR_RSHAPE,
     SR_RSTRIDE,
 )
 from pathweave.tiles.maps import group_count, roll_shifts
-from pathweave.tiles.rows import LayerRow, NoKernel, dense_view, out_shape, pad4
+from pathweave.tiles.rows import LayerRow, NoKernel, View, dense_view, out_shape, pad4
+
+#: what the comparisons read: float32 or bool
+COMPARED = (np.float32, np.bool_)
+#: the ops that read bool only (of a number type they are bitwise)
+BITWISE = {"bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "__and__", "__or__", "__xor__"}
 
 #: dims per reduction the kernel loops over (after merging those that step as one)
 MAX_REDUCED = 4
@@ -120,4 +133,39 @@ def roll(t: LayerRow) -> int:
     t.row[S_OP], t.row[S_X] = K_ROLL, x.address
     t.row[S_XSTRIDE : S_XSTRIDE + 4] = pad4(list(x.strides), 0)
     t.row[SR_RSTRIDE : SR_RSTRIDE + 4] = pad4(shifts, 0)
+    return 0
+
+
+def _over(v: View, out: tuple[int, ...]) -> list[int]:
+    """``v``'s strides over the output's dims (right-aligned; 0 where it broadcasts), padded to 4."""
+    lead = len(out) - len(v.shape)
+    return pad4([0] * lead + [s if n != 1 else 0 for s, n in zip(v.strides, v.shape, strict=True)], 0)
+
+
+def compare(t: LayerRow) -> int:
+    """eq ne lt le gt ge and logical_and / or / not of float32 or bool tensors, isnan, the bitwise ops of
+    bool (``BITWISE``), into bool; the second operand a tensor of the first's type or a number."""
+    name, args, row = op_name(t.node), t.args, t.row
+    out = out_shape(t.node)
+    if len(out) > 4:
+        raise NoKernel(f"a {len(out)}-D output")
+    a, b = args.get("self", args.get("input")), args.get("other")
+    x = t.view(a, COMPARED)
+    if name in BITWISE and x.base.dtype.type is not np.bool_:
+        raise NoKernel(f"{name} of {x.base.dtype}: bitwise on bool only")
+    row[S_OP], row[SR_KIND], row[S_X] = K_COMPARE, COMPARISONS[name], x.address
+    row[SR_DTYPE] = DTYPES[x.base.dtype.type]
+    row[S_XSTRIDE : S_XSTRIDE + 4] = _over(x, out)
+    if name in ("logical_not", "bitwise_not"):
+        return 0
+    if name == "isnan":  # x != x
+        b = a
+    if isinstance(b, torch.fx.Node):
+        y = t.view(b, (x.base.dtype.type,))
+        row[S_Y] = y.address
+        row[S_YSTRIDE : S_YSTRIDE + 4] = _over(y, out)
+    elif isinstance(b, (int, float)):  # bool too
+        row[S_SCALAR] = _double(float(b))  # rounded to float32 by the kernel, as eager's comparison does
+    else:
+        raise NoKernel(f"second operand {b!r}")
     return 0

@@ -45,7 +45,8 @@ ELEMENTWISE = {
     "neg", "exp", "log", "sqrt", "rsqrt", "abs", "erf", "sign", "reciprocal", "square", "sin", "cos", "pow",
     "clamp", "clamp_min", "clamp_max", "add", "sub", "rsub", "mul", "div", "where", "maximum", "minimum",
     "masked_fill", "eq", "ne", "lt", "le", "gt", "ge", "logical_not", "logical_and", "logical_or",
-    "bitwise_not", "addcmul", "addcdiv", "lerp",
+    "bitwise_not", "addcmul", "addcdiv", "lerp", "bitwise_and", "bitwise_or", "bitwise_xor", "__and__",
+    "__or__", "__xor__", "isnan",
 }  # fmt: skip
 #: element-wise in ``self`` only: a second tensor (``to.other``, ``type_as``) gives just a dtype
 CONVERSIONS = {"to", "_to_copy", "type_as"}

@@ -10,11 +10,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 import torch.fx
 
 from pathweave.analysis.ops import op_kind, op_name
 from pathweave.errors import UnsupportedError
 from pathweave.tiles import bind_cnn, bind_reduce, bind_transformer, maps
+from pathweave.tiles.abi import COMPARISONS
 from pathweave.tiles.maps import (
     BATCH_NORMS,
     CONVERSIONS,
@@ -52,7 +54,10 @@ class TileOp:
     by (an ATen op's is ``analysis.ops.op_kind``'s; the fused ops name theirs). ``aligned``: by default its
     tiles line up one to one with those of a same-shaped producer; ``whole``: the dims a tile spans whole
     (the dims it normalises or reduces). ``reads``: how its binder reads its first input (``READS``); a
-    transpose that does not lie so becomes a layer copying it (``nodes.plan_nodes``)."""
+    transpose that does not lie so becomes a layer copying it (``nodes.plan_nodes``). ``writes``: the
+    output types its kernel writes (float32; bool, one byte, for the comparisons); ``takes``: the types of
+    the tensor inputs it reads, where its output's type does not tell (a comparison of int64 is bool too),
+    so that the islands leave the others out before any binder refuses them."""
 
     kind: str
     bind: Binder | None
@@ -61,6 +66,8 @@ class TileOp:
     aligned: bool = False
     whole: WholeDims | None = None
     reads: str = "strided"
+    writes: tuple[torch.dtype, ...] = (torch.float32,)
+    takes: tuple[torch.dtype, ...] | None = None
 
     def __post_init__(self) -> None:
         if (self.maps is None) == (self.view is None):
@@ -82,8 +89,9 @@ TILE_OPS: dict[str, TileOp] = {
              "sign"), maps=maps.elementwise, bind=bind_cnn.ewise, aligned=True),
     **_rows(("gelu",), maps=maps.elementwise, bind=bind_transformer.gelu, aligned=True),
     **_rows(("where", "masked_fill"), maps=maps.elementwise, bind=bind_transformer.where, aligned=True),
-    **_rows(("addcdiv", "addcmul", "bitwise_not", "eq", "ge", "gt", "le", "lerp", "logical_and",
-             "logical_not", "logical_or", "lt", "ne"), maps=maps.elementwise, bind=None, aligned=True),
+    **_rows(COMPARISONS, maps=maps.elementwise, bind=bind_reduce.compare, aligned=True, writes=(torch.bool,),
+            takes=(torch.float32, torch.bool)),
+    **_rows(("addcdiv", "addcmul", "lerp"), maps=maps.elementwise, bind=None, aligned=True),
     **_rows(CONVERSIONS, maps=maps.conversion, bind=bind_transformer.convert, aligned=True),
     **_rows(CREATION, maps=maps.creation, bind=None),
     # normalisations and reductions

@@ -307,3 +307,49 @@ def test_a_small_llama_is_one_island_with_only_its_mask_arithmetic_outside() -> 
             torch.testing.assert_close(strat(ids), model(ids), rtol=1e-4, atol=1e-4)
     finally:
         strat.close()
+
+
+# ---- comparisons and logic into bool -----------------------------------------------------------------------
+
+COMPARES: dict[str, Fn] = {
+    "eq_ne_tensor": lambda x: (x == x.roll(1, -1), x != x[..., :1]),
+    "lt_le_gt_ge_number": lambda x: (x < 0.1, x <= -1.0, x > 0.1, x >= 3.0),
+    "lt_broadcast": lambda x: torch.lt(x, x.mean(0)),
+    "logic_of_floats": lambda x: (
+        torch.logical_and(x, x - 1.0),
+        torch.logical_or(torch.relu(x), x.roll(1, 0)),
+        torch.logical_not(x),
+    ),
+    "logic_of_bools": lambda x: ((x > 0) & (x < 2), (x > 0) | (x == 0), (x > 0) ^ (x > 1), ~(x > 0)),
+    "where_inside": lambda x: (
+        torch.where((x > 0) & ~(x > 2), x, -x) + x.masked_fill(x.isnan() | (x < -1), 5.0)
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(COMPARES))
+def test_comparisons_write_bool_as_eager(name: str) -> None:
+    """NaN compares false (ne true) and counts as true in the logic ops; -0 equals 0; +-inf order."""
+    x = _input((3, 17, 33), specials=(math.nan, math.inf, -math.inf, 0.0, -0.0, 0.1, 1.0, 2.0, math.nan))
+    _check(COMPARES[name], x, exact=True)
+    _check(COMPARES[name], _input((33, 17, 3), specials=(math.nan, 0.0)), exact=True, layout="transposed")
+    _check(COMPARES[name], _input((1,)), exact=True)
+
+
+def test_a_comparison_of_int64_stays_outside_the_islands() -> None:
+    """The islands leave a comparison of integers to ATen before any binder sees it (``TileOp.takes``)."""
+
+    class _Positions(torch.nn.Module):
+        def forward(self, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+            return torch.where((ids > 2).unsqueeze(-1), torch.relu(x), x * 2.0)
+
+    model, x, ids = _Positions().eval(), _input((3, 5, 17)), torch.arange(15).reshape(3, 5)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        strat = build_tiles(pathweave.capture(model, x, ids), threads=2, min_island_flops=0)
+    try:
+        assert strat.coverage.outside == {"gt": 1}, strat.coverage
+        assert not any("failed to build" in str(w.message) for w in caught)
+        torch.testing.assert_close(strat(x, ids), model(x, ids))
+    finally:
+        strat.close()

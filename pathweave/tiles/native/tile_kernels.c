@@ -725,7 +725,7 @@ static int dispatch(const int64_t *layer, const int32_t *lo, const int32_t *hi, 
     case PW_K_WHERE: return pw_where_tile(layer, lo, hi);
     case PW_K_CONVERT: return pw_convert_tile(layer, lo, hi);
     case PW_K_COPY: return pw_copy_tile(layer, lo, hi);
-    case PW_K_REDUCE ... PW_K_ROLL: return pw_reduce_tile(layer, lo, hi);
+    case PW_K_REDUCE ... PW_K_COMPARE: return pw_reduce_tile(layer, lo, hi);
     default: return 1;
     }
 }

@@ -45,7 +45,8 @@ enum {
     /* reductions, group norm and roll (tile_reduce.c; their slots below), 40..44 */
     PW_K_REDUCE = 40,    /* sum / mean / amax / amin / var / std over up to 4 dims (SR_KIND) */
     PW_K_GROUPNORM = 41, /* group norm of an (N, C, ...) tensor, statistics of each group whole */
-    PW_K_ROLL = 42       /* torch.roll: out[i] = x[(i - shift) mod n] along each dim */
+    PW_K_ROLL = 42,      /* torch.roll: out[i] = x[(i - shift) mod n] along each dim */
+    PW_K_COMPARE = 43    /* comparisons and logic of float32 or bool tensors into a bool (1 byte) output */
 };
 
 /* packed convolution weights (slot S_WPACK_T): panels of PW_MR rows, or of PW_TR rows for the transposed
@@ -96,13 +97,21 @@ enum {
     SR_KIND = 24,    /* K_REDUCE: PW_RED_* */
     SR_RSHAPE = 28,  /* 4: K_REDUCE: sizes of the reduced dims, padded at the front with 1 (innermost last) */
     SR_RSTRIDE = 32, /* 4: K_REDUCE: x's strides along them; K_ROLL: the shift per output dim, in [0, n) */
-    SR_GROUPS = 36   /* K_GROUPNORM: the number of groups along dim 1 */
+    SR_GROUPS = 36,  /* K_GROUPNORM: the number of groups along dim 1 */
+    SR_DTYPE = 37    /* K_COMPARE: x's and y's element type (PW_DT_F32 or PW_DT_U8, tile_kernels_seq.h) */
 };
 
 /* what K_REDUCE computes; var and std divide by max(0, count - correction) */
 enum { PW_RED_SUM = 0, PW_RED_MEAN = 1, PW_RED_AMAX = 2, PW_RED_AMIN = 3, PW_RED_VAR = 4, PW_RED_STD = 5 };
 
-/* one tile of PW_K_REDUCE .. PW_K_ROLL (tile_reduce.c); 1 for another code */
+/* what K_COMPARE computes (SR_KIND): x op y, y a tensor (S_Y, S_YSTRIDE) or a number (S_SCALAR); the logic
+ * ops take nonzero as true (NaN too, as torch); PW_CMP_NOT is x == 0 (logical_not, bitwise_not of bool) */
+enum {
+    PW_CMP_EQ = 0, PW_CMP_NE = 1, PW_CMP_LT = 2, PW_CMP_LE = 3, PW_CMP_GT = 4, PW_CMP_GE = 5,
+    PW_CMP_AND = 6, PW_CMP_OR = 7, PW_CMP_NOT = 8
+};
+
+/* one tile of PW_K_REDUCE .. PW_K_COMPARE (tile_reduce.c); 1 for another code */
 int pw_reduce_tile(const int64_t *L, const int32_t *lo, const int32_t *hi);
 
 /* cblas_sgemm's signature (row-major, no-trans/trans as CBLAS enum values) */

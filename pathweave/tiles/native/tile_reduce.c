@@ -1,4 +1,4 @@
-/* Reductions, group norm and roll of the tile runtime (slots and codes in tile_kernels.h, rows written by
+/* Reductions, group norm, roll and comparisons of the tile runtime (slots and codes in tile_kernels.h, rows written by
  * pathweave/tiles/bind_reduce.py). Each call computes one tile: a box of a layer's float32 output, shapes
  * and strides padded at the end to 4 dims as the tile graph pads them. Inputs are read through strides.
  *
@@ -11,6 +11,7 @@
 #endif
 
 #include "tile_kernels.h"
+#include "tile_kernels_seq.h" /* the element types (PW_DT_*) */
 
 #include <math.h>
 #include <string.h>
@@ -62,16 +63,28 @@ PW_INLINE float run_sq_dev(const float *x, int64_t n, int64_t s, float mean) {
     return t;
 }
 
+/* GCC's vector extensions: one zmm, two ymm or four xmm per vector, by the target clone compiled (the
+ * lanes-of-an-array form that the sums use left the max / min blends scalar) */
+typedef float vfloat __attribute__((vector_size(64)));
+typedef int32_t vint __attribute__((vector_size(64)));
+#define VLANES 16
+
+/* the largest (smallest for is_max 0) of n values at stride s, or NaN where one is; acc0 to start from */
 PW_INLINE float run_pick(const float *x, int64_t n, int64_t s, float acc0, int is_max) {
-    float acc[LANES];
-    for (int j = 0; j < LANES; j++) acc[j] = acc0;
+    vfloat acc = (vfloat){0} + acc0;
+    vint nan = {0};
     int64_t i = 0;
     if (s == 1)
-        for (; i + LANES <= n; i += LANES)
-            for (int j = 0; j < LANES; j++) acc[j] = pick(acc[j], x[i + j], is_max);
+        for (; i + VLANES <= n; i += VLANES) {
+            vfloat v;
+            memcpy(&v, x + i, sizeof v);
+            const vint take = is_max ? v > acc : v < acc;
+            acc = (vfloat)((take & (vint)v) | (~take & (vint)acc));
+            nan |= v != v;
+        }
     float t = acc0;
     for (; i < n; i++) t = pick(t, x[i * s], is_max);
-    for (int j = 0; j < LANES; j++) t = pick(t, acc[j], is_max);
+    for (int j = 0; j < VLANES; j++) t = pick(t, nan[j] ? NAN : acc[j], is_max);
     return t;
 }
 
@@ -116,6 +129,20 @@ PW_INLINE float reduce_one(const float *base, const reduced *r, int kind, double
     return (float)(kind == PW_RED_STD ? sqrt(var) : var);
 }
 
+/* acc[e] = pick(acc[e], p[e]) for e in [0, m), a vector at a time */
+PW_INLINE void pick_columns(float *acc, const float *p, int64_t m, int is_max) {
+    int64_t e = 0;
+    for (; e + VLANES <= m; e += VLANES) {
+        vfloat a, v;
+        memcpy(&a, acc + e, sizeof a);
+        memcpy(&v, p + e, sizeof v);
+        const vint take = (is_max ? v > a : v < a) | (v != v);
+        a = (vfloat)((take & (vint)v) | (~take & (vint)a));
+        memcpy(acc + e, &a, sizeof a);
+    }
+    for (; e < m; e++) acc[e] = pick(acc[e], p[e], is_max);
+}
+
 /* d[e] = the reduction at x + e for e in [0, m), m <= BLOCK: the output's values side by side in x (unit
  * stride), each reduced slice added one vector of them at a time (a channel mean of NCHW) */
 PW_INLINE void reduce_columns(float *d, const float *x, int64_t m, const reduced *r, int kind, double correction) {
@@ -129,7 +156,7 @@ PW_INLINE void reduce_columns(float *d, const float *x, int64_t m, const reduced
                 for (int64_t i3 = 0; i3 < r->n[3]; i3++) {
                     const float *p = x + i0 * r->s[0] + i1 * r->s[1] + i2 * r->s[2] + i3 * r->s[3];
                     if (picks)
-                        for (int64_t e = 0; e < m; e++) acc[e] = pick(acc[e], p[e], is_max);
+                        pick_columns(acc, p, m, is_max);
                     else
                         for (int64_t e = 0; e < m; e++) acc[e] += p[e];
                 }
@@ -153,35 +180,50 @@ PW_INLINE void reduce_columns(float *d, const float *x, int64_t m, const reduced
     }
 }
 
-/* out = the reduction (SR_KIND) of x over the dims SR_RSHAPE / SR_RSTRIDE, x's other dims read at the
- * strides S_XSTRIDE over the output's; the correction of var and std at S_SCALAR */
-PW_HOT static int reduce_tile(const int64_t *L, const int32_t *lo, const int32_t *hi) {
+/* the tile's outputs of one kind (a constant where inlined: each kind's loops compile on their own) */
+PW_INLINE void reduce_box(const int64_t *L, const int32_t *lo, const int32_t *hi, const reduced *r, int kind,
+                          double correction) {
     const float *x = in_f(L[S_X]);
     float *out = out_f(L[S_OUT]);
     const int64_t *os = L + S_OSHAPE, *xs = L + S_XSTRIDE;
-    const int kind = (int)L[SR_KIND];
-    const double correction = bits_double(L[S_SCALAR]);
-    reduced r = {.count = 1};
-    for (int k = 0; k < 4; k++) r.n[k] = L[SR_RSHAPE + k], r.s[k] = L[SR_RSTRIDE + k], r.count *= r.n[k];
-    if (kind < PW_RED_SUM || kind > PW_RED_STD) return 1;
     /* the output's last dim steps through x one by one while the reduced values do not: reduce whole
      * vectors of outputs; otherwise one output at a time over runs of the innermost reduced dim */
-    const int columns = xs[3] == 1 && r.s[3] != 1 && hi[3] - lo[3] > 1;
+    const int columns = xs[3] == 1 && r->s[3] != 1 && hi[3] - lo[3] > 1;
+    /* whole output rows that lie back to back in x too (a channel mean of NCHW): the tile's rows of one
+     * (a, b) are one run of outputs */
+    const int runs = columns && lo[3] == 0 && hi[3] == os[3] && xs[2] == os[3];
+    const int64_t c_end = runs ? lo[2] + 1 : hi[2], e_end = runs ? (hi[2] - lo[2]) * os[3] : hi[3];
     for (int64_t a = lo[0]; a < hi[0]; a++)
         for (int64_t b = lo[1]; b < hi[1]; b++)
-            for (int64_t c = lo[2]; c < hi[2]; c++) {
+            for (int64_t c = lo[2]; c < c_end; c++) {
                 float *d = out + ((a * os[1] + b) * os[2] + c) * os[3];
                 const float *xr = x + a * xs[0] + b * xs[1] + c * xs[2];
                 if (columns) {
-                    for (int64_t e = lo[3]; e < hi[3]; e += BLOCK) {
-                        const int64_t m = hi[3] - e < BLOCK ? hi[3] - e : BLOCK;
-                        reduce_columns(d + e, xr + e, m, &r, kind, correction);
+                    for (int64_t e = lo[3]; e < e_end; e += BLOCK) {
+                        const int64_t m = e_end - e < BLOCK ? e_end - e : BLOCK;
+                        reduce_columns(d + e, xr + e, m, r, kind, correction);
                     }
                 } else {
-                    for (int64_t e = lo[3]; e < hi[3]; e++) d[e] = reduce_one(xr + e * xs[3], &r, kind, correction);
+                    for (int64_t e = lo[3]; e < hi[3]; e++) d[e] = reduce_one(xr + e * xs[3], r, kind, correction);
                 }
             }
-    return 0;
+}
+
+/* out = the reduction (SR_KIND) of x over the dims SR_RSHAPE / SR_RSTRIDE, x's other dims read at the
+ * strides S_XSTRIDE over the output's; the correction of var and std at S_SCALAR */
+PW_HOT static int reduce_tile(const int64_t *L, const int32_t *lo, const int32_t *hi) {
+    const double correction = bits_double(L[S_SCALAR]);
+    reduced r = {.count = 1};
+    for (int k = 0; k < 4; k++) r.n[k] = L[SR_RSHAPE + k], r.s[k] = L[SR_RSTRIDE + k], r.count *= r.n[k];
+    switch (L[SR_KIND]) {
+    case PW_RED_SUM: reduce_box(L, lo, hi, &r, PW_RED_SUM, correction); return 0;
+    case PW_RED_MEAN: reduce_box(L, lo, hi, &r, PW_RED_MEAN, correction); return 0;
+    case PW_RED_AMAX: reduce_box(L, lo, hi, &r, PW_RED_AMAX, correction); return 0;
+    case PW_RED_AMIN: reduce_box(L, lo, hi, &r, PW_RED_AMIN, correction); return 0;
+    case PW_RED_VAR: reduce_box(L, lo, hi, &r, PW_RED_VAR, correction); return 0;
+    case PW_RED_STD: reduce_box(L, lo, hi, &r, PW_RED_STD, correction); return 0;
+    default: return 1;
+    }
 }
 
 /* ---- group norm ---------------------------------------------------------------------------------- */
@@ -267,11 +309,86 @@ PW_HOT static int roll_tile(const int64_t *L, const int32_t *lo, const int32_t *
     return 0;
 }
 
+/* ---- comparisons and logic ------------------------------------------------------------------------ */
+
+/* d[e] = EXPR of a = x[e] and b = y[e] (or the number yv where yr is NULL) over n values (x and y of the caller's type): one
+ * loop per op, so that each vectorises */
+#define PW_COMPARE_LOOP(EXPR)                                                                              \
+    if (!yr && sx == 1) { /* a number: the loops without y vectorise */                                   \
+        for (int64_t e = 0; e < n; e++) {                                                                  \
+            const float a = (float)xr[e], b = yv;                                                          \
+            d[e] = (EXPR);                                                                                 \
+            (void)b; /* logical_not reads x only */                                                        \
+        }                                                                                                  \
+    } else if (yr && sx == 1 && sy == 1) {                                                                 \
+        for (int64_t e = 0; e < n; e++) {                                                                  \
+            const float a = (float)xr[e], b = (float)yr[e];                                                \
+            d[e] = (EXPR);                                                                                 \
+            (void)b; /* logical_not reads x only */                                                        \
+        }                                                                                                  \
+    } else {                                                                                               \
+        for (int64_t e = 0; e < n; e++) {                                                                  \
+            const float a = (float)xr[e * sx], b = yr ? (float)yr[e * sy] : yv;                            \
+            d[e] = (EXPR);                                                                                 \
+            (void)b; /* logical_not reads x only */                                                        \
+        }                                                                                                  \
+    }                                                                                                      \
+    break;
+
+#define PW_COMPARE_ROW                                                                                     \
+    switch (op) {                                                                                          \
+    case PW_CMP_EQ: PW_COMPARE_LOOP(a == b)                                                             \
+    case PW_CMP_NE: PW_COMPARE_LOOP(a != b)                                                             \
+    case PW_CMP_LT: PW_COMPARE_LOOP(a < b)                                                              \
+    case PW_CMP_LE: PW_COMPARE_LOOP(a <= b)                                                             \
+    case PW_CMP_GT: PW_COMPARE_LOOP(a > b)                                                              \
+    case PW_CMP_GE: PW_COMPARE_LOOP(a >= b)                                                             \
+    case PW_CMP_AND: PW_COMPARE_LOOP((a != 0.0f) & (b != 0.0f))                                         \
+    case PW_CMP_OR: PW_COMPARE_LOOP((a != 0.0f) | (b != 0.0f))                                          \
+    default: PW_COMPARE_LOOP(a == 0.0f)                                                                    \
+    }
+
+PW_INLINE void compare_f32(uint8_t *d, const float *xr, int64_t sx, const float *yr, int64_t sy, float yv, int op,
+                           int64_t n) {
+    PW_COMPARE_ROW
+}
+
+PW_INLINE void compare_u8(uint8_t *d, const uint8_t *xr, int64_t sx, const uint8_t *yr, int64_t sy, float yv,
+                          int op, int64_t n) {
+    PW_COMPARE_ROW
+}
+
+/* out (bool bytes) = x op y (SR_KIND: PW_CMP_*), x and y of the element type SR_DTYPE at the strides
+ * S_XSTRIDE and S_YSTRIDE over the output's dims (0 where they broadcast); y a number (S_SCALAR) where
+ * S_Y is 0 */
+PW_HOT static int compare_tile(const int64_t *L, const int32_t *lo, const int32_t *hi) {
+    uint8_t *out = (uint8_t *)(intptr_t)L[S_OUT];
+    const int64_t *os = L + S_OSHAPE, *xs = L + S_XSTRIDE, *ys = L + S_YSTRIDE;
+    const int op = (int)L[SR_KIND], u8 = L[SR_DTYPE] == PW_DT_U8, size = u8 ? 1 : 4;
+    const float yv = (float)bits_double(L[S_SCALAR]);
+    const char *x = (const char *)(intptr_t)L[S_X], *y = (const char *)(intptr_t)L[S_Y];
+    const int64_t n = hi[3] - lo[3];
+    if (op < PW_CMP_EQ || op > PW_CMP_NOT || (!u8 && L[SR_DTYPE] != PW_DT_F32)) return 1;
+    for (int64_t a = lo[0]; a < hi[0]; a++)
+        for (int64_t b = lo[1]; b < hi[1]; b++)
+            for (int64_t c = lo[2]; c < hi[2]; c++) {
+                uint8_t *d = out + ((a * os[1] + b) * os[2] + c) * os[3] + lo[3];
+                const char *xr = x + size * (a * xs[0] + b * xs[1] + c * xs[2] + lo[3] * xs[3]);
+                const char *yr = y ? y + size * (a * ys[0] + b * ys[1] + c * ys[2] + lo[3] * ys[3]) : NULL;
+                if (u8)
+                    compare_u8(d, (const uint8_t *)xr, xs[3], (const uint8_t *)yr, ys[3], yv, op, n);
+                else
+                    compare_f32(d, (const float *)xr, xs[3], (const float *)yr, ys[3], yv, op, n);
+            }
+    return 0;
+}
+
 int pw_reduce_tile(const int64_t *L, const int32_t *lo, const int32_t *hi) {
     switch (L[S_OP]) {
     case PW_K_REDUCE: return reduce_tile(L, lo, hi);
     case PW_K_GROUPNORM: return group_norm_tile(L, lo, hi);
     case PW_K_ROLL: return roll_tile(L, lo, hi);
+    case PW_K_COMPARE: return compare_tile(L, lo, hi);
     default: return 1;
     }
 }
