@@ -116,6 +116,18 @@ class ShiftedWindows(torch.nn.Module):
         return x + torch.roll(out, shifts=(s, s), dims=(1, 2))
 
 
+class MaskedConv(torch.nn.Module):
+    """conv 3x3 32 -> 32, where((x > 0) & (x < 3), x, 0.1 x), conv 3x3, on 1x32x56x56."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = torch.nn.Conv2d(32, 32, 3, padding=1), torch.nn.Conv2d(32, 32, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.a(x)
+        return self.b(torch.where((x > 0) & (x < 3), x, 0.1 * x))
+
+
 class Alone(torch.nn.Module):
     def __init__(self, op: Callable[[torch.Tensor], torch.Tensor]) -> None:
         super().__init__()
@@ -133,12 +145,14 @@ CASES: dict[str, tuple[Callable[[], torch.nn.Module], tuple[int, ...], dict[str,
     "group_norm (U-Net)": (GroupNormBlock, (1, 64, 32, 32), {"group_norm": None}),
     "rms_norm (Llama)": (RmsNormMlp, (128, 512), {"mean": "bind"}),
     "roll (Swin)": (ShiftedWindows, (1, 56, 56, 96), {"roll": None}),
+    "gt+lt+and (where)": (MaskedConv, (1, 32, 56, 56), {"gt": "bind", "lt": "bind", "__and__": "bind"}),
     "alone: mean(2,3)": (lambda: Alone(lambda x: x.mean((2, 3))), (1, 256, 56, 56), {}),
     "alone: amax(1)": (lambda: Alone(lambda x: x.amax(1)), (1, 256, 56, 56), {}),
     "alone: mean(-1)": (lambda: Alone(lambda x: x.mean(-1, keepdim=True)), (2048, 512), {}),
     "alone: var(-1)": (lambda: Alone(lambda x: x.var(-1)), (2048, 512), {}),
     "alone: group_norm": (lambda: Alone(torch.nn.GroupNorm(32, 256)), (1, 256, 56, 56), {}),
     "alone: roll": (lambda: Alone(lambda x: torch.roll(x, (-3, -3), (1, 2))), (1, 56, 56, 96), {}),
+    "alone: where(x>0)": (lambda: Alone(lambda x: torch.where(x > 0, x, -x)), (1, 256, 56, 56), {}),
 }
 
 
@@ -188,7 +202,9 @@ def main() -> None:
         model, x = make().eval(), torch.randn(shape)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            fns = {s: pathweave.optimize(model, x, strategy=s, options=options) for s in ("tiles", "sequential")}  # noqa: E501
+            fns = {
+                s: pathweave.optimize(model, x, strategy=s, options=options) for s in ("tiles", "sequential")
+            }
             if before:
                 with rows_as_before(before):
                     fns["before"] = pathweave.optimize(model, x, strategy="tiles", options=options)

@@ -363,18 +363,27 @@ PW_INLINE void compare_u8(uint8_t *d, const uint8_t *xr, int64_t sx, const uint8
  * S_Y is 0 */
 PW_HOT static int compare_tile(const int64_t *L, const int32_t *lo, const int32_t *hi) {
     uint8_t *out = (uint8_t *)(intptr_t)L[S_OUT];
-    const int64_t *os = L + S_OSHAPE, *xs = L + S_XSTRIDE, *ys = L + S_YSTRIDE;
     const int op = (int)L[SR_KIND], u8 = L[SR_DTYPE] == PW_DT_U8, size = u8 ? 1 : 4;
     const float yv = (float)bits_double(L[S_SCALAR]);
     const char *x = (const char *)(intptr_t)L[S_X], *y = (const char *)(intptr_t)L[S_Y];
-    const int64_t n = hi[3] - lo[3];
     if (op < PW_CMP_EQ || op > PW_CMP_NOT || (!u8 && L[SR_DTYPE] != PW_DT_F32)) return 1;
-    for (int64_t a = lo[0]; a < hi[0]; a++)
-        for (int64_t b = lo[1]; b < hi[1]; b++)
-            for (int64_t c = lo[2]; c < hi[2]; c++) {
-                uint8_t *d = out + ((a * os[1] + b) * os[2] + c) * os[3] + lo[3];
-                const char *xr = x + size * (a * xs[0] + b * xs[1] + c * xs[2] + lo[3] * xs[3]);
-                const char *yr = y ? y + size * (a * ys[0] + b * ys[1] + c * ys[2] + lo[3] * ys[3]) : NULL;
+    /* the tensor's last dim of size > 1 moved to dim 3 (the padding's dims of size 1 to the front), so
+     * that the inner loop runs along it: a 2-D tensor padded at the end had rows of one value */
+    int shift = 0;
+    while (shift < 3 && L[S_OSHAPE + 3 - shift] == 1) shift++;
+    int64_t l[4], h[4], os[4], xs[4], ys[4];
+    for (int d = 0; d < 4; d++) {
+        const int k = d - shift, real = k >= 0;
+        l[d] = real ? lo[k] : 0, h[d] = real ? hi[k] : 1, os[d] = real ? L[S_OSHAPE + k] : 1;
+        xs[d] = real ? L[S_XSTRIDE + k] : 0, ys[d] = real ? L[S_YSTRIDE + k] : 0;
+    }
+    const int64_t n = h[3] - l[3];
+    for (int64_t a = l[0]; a < h[0]; a++)
+        for (int64_t b = l[1]; b < h[1]; b++)
+            for (int64_t c = l[2]; c < h[2]; c++) {
+                uint8_t *d = out + ((a * os[1] + b) * os[2] + c) * os[3] + l[3];
+                const char *xr = x + size * (a * xs[0] + b * xs[1] + c * xs[2] + l[3] * xs[3]);
+                const char *yr = y ? y + size * (a * ys[0] + b * ys[1] + c * ys[2] + l[3] * ys[3]) : NULL;
                 if (u8)
                     compare_u8(d, (const uint8_t *)xr, xs[3], (const uint8_t *)yr, ys[3], yv, op, n);
                 else
