@@ -20,6 +20,7 @@ setup(
                 "pathweave/tiles/native/tile_resize.c",
                 "pathweave/tiles/native/tile_kernels_seq.c",
                 "pathweave/tiles/native/tile_act.c",
+                "pathweave/tiles/native/tile_reduce.c",
             ],
             depends=[
                 "pathweave/tiles/native/tile_kernels.h",

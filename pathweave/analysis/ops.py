@@ -37,6 +37,7 @@ POOL = {
 REDUCTION = {
     "batch_norm", "_native_batch_norm_legit_no_training", "layer_norm", "native_layer_norm", "group_norm",
     "softmax", "_softmax", "log_softmax", "_log_softmax", "mean", "sum", "amax", "var_mean", "norm",
+    "native_group_norm", "amin", "var", "std",
 }  # fmt: skip
 VIEW = {
     "view", "_unsafe_view", "reshape", "permute", "transpose", "t", "flatten", "expand", "unsqueeze",

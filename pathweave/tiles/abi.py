@@ -23,8 +23,10 @@ SLOTS = 48
 #: floats at the start of a worker's scratch that remember what its im2col buffer holds
 SCRATCH_HEADER = 16
 #: op codes (slot S_OP)
-K_CONV, K_MAXPOOL, K_AVGPOOL, K_ADAPTIVE, K_LINEAR, K_EWISE, K_CAT, K_AFFINE, K_PAD, K_SUM = range(1, 11)
+K_CONV, K_MAXPOOL, K_AVGPOOL, K_ADAPTIVE, K_LINEAR, K_EWISE, K_CAT, K_AFFINE, K_PAD = range(1, 10)
 K_EMBEDDING, K_LAYERNORM, K_SOFTMAX, K_MAP, K_MATMUL, K_WHERE, K_CONVERT, K_COPY = range(32, 40)
+#: tile_reduce.c's kernels
+K_REDUCE, K_GROUPNORM, K_ROLL, K_COMPARE = range(40, 44)
 #: tile_resize.c's (45..49)
 K_NEAREST, K_BILINEAR, K_SHUFFLE = range(45, 48)
 #: how a convolution uses its packed weights (slot S_WPACK_T)
@@ -45,6 +47,12 @@ S_OSHAPE, S_XSTRIDE, S_XSHAPE, S_YSTRIDE, S_BINOP, S_ALPHA = 8, 12, 16, 20, 24, 
 S_KH, S_KW, S_SH, S_SW, S_PH, S_PW, S_DH, S_DW, S_GROUPS = range(28, 37)
 S_POINTWISE, S_COUNT_PAD, S_DIVISOR, S_AUX, S_NAUX = 37, 38, 39, 40, 41
 S_WPACK, S_WPACK_T, S_ACT_P, S_PROFILE = 42, 43, 44, 47
+
+#: tile_reduce.c's slots (they reuse the window slots' numbers) and what K_REDUCE computes (SR_KIND)
+SR_KIND, SR_RSHAPE, SR_RSTRIDE, SR_GROUPS, SR_DTYPE = 24, 28, 32, 36, 37
+RED_SUM, RED_MEAN, RED_AMAX, RED_AMIN, RED_VAR, RED_STD = range(6)
+#: what K_COMPARE computes (SR_KIND)
+CMP_EQ, CMP_NE, CMP_LT, CMP_LE, CMP_GT, CMP_GE, CMP_AND, CMP_OR, CMP_NOT = range(9)
 
 # ---- tile_kernels_seq.h: the transformer kernels' slots and codes ------------------------------------------
 SQ_Z, SQ_YSCALAR = S_W, S_ALPHA
@@ -95,4 +103,14 @@ BINOPS = {
     "maximum": BIN_MAX,
     "minimum": BIN_MIN,
 }
+#: K_REDUCE's reductions by ATen op name
+REDUCTIONS = {"sum": RED_SUM, "mean": RED_MEAN, "amax": RED_AMAX, "amin": RED_AMIN, "var": RED_VAR,
+              "std": RED_STD}  # fmt: skip
+#: K_COMPARE's ops by ATen op name (the bitwise ops of bool are its logic: xor is ne; isnan is x != x)
+COMPARISONS = {"eq": CMP_EQ, "ne": CMP_NE, "lt": CMP_LT, "le": CMP_LE, "gt": CMP_GT, "ge": CMP_GE,
+               "logical_and": CMP_AND, "logical_or": CMP_OR, "logical_not": CMP_NOT,
+               **dict.fromkeys(("bitwise_and", "__and__"), CMP_AND),
+               **dict.fromkeys(("bitwise_or", "__or__"), CMP_OR),
+               **dict.fromkeys(("bitwise_xor", "__xor__"), CMP_NE), "bitwise_not": CMP_NOT,
+               "isnan": CMP_NE}  # fmt: skip
 DTYPES = {np.float32: DT_F32, np.int64: DT_I64, np.int32: DT_I32, np.bool_: DT_U8}

@@ -1,6 +1,6 @@
 """Kernel binders of the CNN ops (``native/tile_kernels.c``, slots in ``native/tile_kernels.h``):
 convolution (with Winograd and the packed micro-kernels' weights), pooling, linear, element-wise ops,
-inference batch norm, constant padding, sum and concatenation. Each fills one layer's row
+inference batch norm, constant padding and concatenation. Each fills one layer's row
 (``rows.LayerRow``) and returns the scratch floats a tile needs.
 """
 
@@ -39,7 +39,6 @@ from pathweave.tiles.abi import (
     K_NEAREST,
     K_PAD,
     K_SHUFFLE,
-    K_SUM,
     KOFF_PAD,
     MATHS,
     PACKS,
@@ -64,7 +63,6 @@ from pathweave.tiles.abi import (
     S_PW,
     S_SCALAR,
     S_SH,
-    S_SW,
     S_W,
     S_WPACK,
     S_WPACK_T,
@@ -451,28 +449,6 @@ def pad(t: LayerRow) -> int:
     row[S_XSTRIDE : S_XSTRIDE + 4] = pad4(list(x.strides), 0)
     row[S_KH : S_KH + 4] = pad4(before, 0)
     row[S_SCALAR] = np.float64(float(args.get("value") or 0.0)).view(np.int64)
-    return 0
-
-
-def reduce_sum(t: LayerRow) -> int:
-    """sum over up to two dims (keepdim or not), float32 in and out."""
-    args, row = t.args, t.row
-    if args.get("dtype") is not None:
-        raise NoKernel("a dtype argument")
-    x = t.view(args["self"])
-    out = out_shape(t.node)
-    dims = sorted({d % len(x.shape) for d in (args.get("dim") or range(len(x.shape)))})
-    if len(dims) > 2 or len(out) > 4:
-        raise NoKernel(f"a sum over {len(dims)} dims into {len(out)}")
-    kept = [d for d in range(len(x.shape)) if d not in dims]
-    keepdim = len(out) == len(x.shape)
-    strides = [0] * len(out)  # x's strides over the output's dims (0 for a kept reduced dim)
-    for k, d in enumerate(kept):
-        strides[d if keepdim else k] = x.strides[d]
-    reduced = [(x.shape[d], x.strides[d]) for d in dims] + [(1, 0)] * (2 - len(dims))
-    row[S_OP], row[S_X] = K_SUM, x.address
-    row[S_XSTRIDE : S_XSTRIDE + 4] = pad4(strides, 0)
-    row[S_KH], row[S_KW], row[S_SH], row[S_SW] = reduced[0][0], reduced[1][0], reduced[0][1], reduced[1][1]
     return 0
 
 

@@ -28,7 +28,7 @@ from pathweave.frontend.shapes import tensor_specs
 from pathweave.tiles.conv_layout import NARROW_ALIGN, WINOGRAD_MIN_BLOCKS, WINOGRAD_MIN_CHANNELS, conv_layout
 from pathweave.tiles.graph import MAX_DIMS, TileGraph, tile_boxes, transpose_csr
 from pathweave.tiles.grid import Grid, make_grid
-from pathweave.tiles.maps import NodeMaps, RegionMap, shape
+from pathweave.tiles.maps import GROUP_NORMS, NodeMaps, RegionMap, bound_args, group_count, shape
 from pathweave.tiles.nodes import plan_nodes
 from pathweave.tiles.ops import TILE_OPS
 
@@ -120,7 +120,8 @@ def _inputs(
 def _align(node: torch.fx.Node, winograd_min_channels: int) -> tuple[int, ...] | None:
     """Convolution channel tiles start on whole panels of the packed weights (``CHANNEL_ALIGN``, or
     ``NARROW_ALIGN`` for the transposed kernel's layers, ``conv_layout``); the column pieces of matrix
-    products on multiples of ``FEATURE_ALIGN`` (the row-broadcast kernel's weight panels)."""
+    products on multiples of ``FEATURE_ALIGN`` (the row-broadcast kernel's weight panels); a group norm's
+    channel pieces on whole groups."""
     dims = shape(node)
     kind = TILE_OPS[op_name(node)].kind
     if kind == "conv" and len(dims) == 4:
@@ -130,6 +131,8 @@ def _align(node: torch.fx.Node, winograd_min_channels: int) -> tuple[int, ...] |
         return (1, NARROW_ALIGN if layout else CHANNEL_ALIGN, 1, 1)
     if kind == "matmul" and len(dims) >= 2:
         return (*[1] * (len(dims) - 1), FEATURE_ALIGN)
+    if op_name(node) in GROUP_NORMS and len(dims) >= 2:  # whole groups: each group's statistics once
+        return (1, dims[1] // group_count(bound_args(node)), *[1] * (len(dims) - 2))
     return None
 
 

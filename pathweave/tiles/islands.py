@@ -136,18 +136,30 @@ class _TileSupport(OperatorSupportBase):
 
 def refusals(gm: torch.fx.GraphModule) -> dict[torch.fx.Node, str]:
     """Why the tiles cannot run each compute node they cannot run, by the same rules as ``plan_nodes``,
-    ``require_kernels`` and ``build_program`` (float32 layer outputs)."""
+    ``require_kernels`` and ``build_program`` (layer outputs of the types their kernels write)."""
     plans, failed = map_nodes(gm)
     why = dict(failed) | graph_only(plans)
     for node, plan in plans.items():
-        val = value(node)
-        if plan.role == "layer" and node not in why and getattr(val, "dtype", None) != torch.float32:
-            why[node] = f"{op_name(node)}: a {getattr(val, 'dtype', type(val).__name__)} output; the tile " \
-                        "kernels write float32"  # fmt: skip
+        if plan.role == "layer" and node not in why:
+            why.update(_types(node))
     for node in gm.graph.nodes:  # the pieces of an op without a map (plan_nodes names the op only)
         if node.target is operator.getitem and node.args[0] in why:
             why.setdefault(node, why[node.args[0]])
     return why
+
+
+def _types(node: torch.fx.Node) -> dict[torch.fx.Node, str]:
+    """{node: why} where a layer's output, or a tensor input, has a type its kernel does not write or read."""
+    op = TILE_OPS[op_name(node)]
+    dtype = getattr(value(node), "dtype", None)
+    if dtype not in op.writes:
+        return {node: f"{op_name(node)}: a {dtype} output; its tile kernel writes "
+                      f"{', '.join(str(t) for t in op.writes)}"}  # fmt: skip
+    inputs = {getattr(value(a), "dtype", None) for a in node.all_input_nodes}
+    if op.takes is not None and not inputs <= set(op.takes):
+        return {node: f"{op_name(node)}: a {sorted(map(str, inputs - set(op.takes)))[0]} input; its tile "
+                      f"kernel reads {', '.join(str(t) for t in op.takes)}"}  # fmt: skip
+    return {}
 
 
 def _runnable(gm: torch.fx.GraphModule, why: Mapping[torch.fx.Node, str]) -> set[torch.fx.Node]:

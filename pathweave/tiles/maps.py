@@ -46,7 +46,8 @@ ELEMENTWISE = {
     "neg", "exp", "log", "sqrt", "rsqrt", "abs", "erf", "sign", "reciprocal", "square", "sin", "cos", "pow",
     "clamp", "clamp_min", "clamp_max", "add", "sub", "rsub", "mul", "div", "where", "maximum", "minimum",
     "masked_fill", "eq", "ne", "lt", "le", "gt", "ge", "logical_not", "logical_and", "logical_or",
-    "bitwise_not", "addcmul", "addcdiv", "lerp",
+    "bitwise_not", "addcmul", "addcdiv", "lerp", "bitwise_and", "bitwise_or", "bitwise_xor", "__and__",
+    "__or__", "__xor__", "isnan",
 }  # fmt: skip
 #: element-wise in ``self`` only: a second tensor (``to.other``, ``type_as``) gives just a dtype
 CONVERSIONS = {"to", "_to_copy", "type_as"}
@@ -59,6 +60,9 @@ CREATION = {
 CONVOLUTIONS = {"conv1d", "conv2d", "convolution", "conv2d_act"}
 BATCH_NORMS = {"batch_norm", "_native_batch_norm_legit_no_training", "batch_norm_act"}
 LAYER_NORMS = {"layer_norm", "native_layer_norm"}
+GROUP_NORMS = {"group_norm", "native_group_norm"}
+#: reductions over dims (``reduction``'s map; ``bind_reduce.reduce``)
+REDUCTIONS = {"sum", "mean", "amax", "amin", "var", "std"}
 SOFTMAXES = {"softmax", "_softmax", "log_softmax", "_log_softmax"}
 IDENTITY_VIEWS = {"alias", "detach", "clone", "contiguous", "dropout", "lift_fresh_copy"}
 RESHAPES = {"view", "_unsafe_view", "reshape", "flatten", "unflatten"}
@@ -156,6 +160,59 @@ def reduction(node: torch.fx.Node, args: dict[str, Any]) -> list[Source]:
     dims = list(range(nd)) if dims is None or dims == [] else as_ints(dims, 1)
     keepdim = bool(args.get("keepdim", False))
     return [(x, partial(tr.reduce_input, in_shape=shape(x), dims=dims, keepdim=keepdim))]
+
+
+def group_norm(node: torch.fx.Node, args: dict[str, Any]) -> list[Source]:
+    """A tile's channels read their groups whole, every position of them; weight and bias per channel."""
+    x = args["input"]
+    x_shape = shape(x)
+    per = x_shape[1] // group_count(args) if len(x_shape) >= 2 else 1
+
+    def groups(r: Region) -> Region:
+        lo, hi = tr.bounds(r[1])
+        return (r[0], (lo // per * per, -(-hi // per) * per), *tr.whole(x_shape[2:]))
+
+    return [(x, groups), *_channel_params(args, ("weight", "bias"))]
+
+
+def group_count(args: dict[str, Any]) -> int:
+    """The number of groups of group_norm (``num_groups``) or native_group_norm (``group``)."""
+    return int(args["num_groups"] if "num_groups" in args else args["group"])
+
+
+def roll(node: torch.fx.Node, args: dict[str, Any]) -> list[Source]:
+    """torch.roll along its dims: an output range reads the input range shifted back, or the whole dim
+    where that range wraps around; a roll of the flattened tensor (no dims) reads it all."""
+    x = args["self"]
+    x_shape = shape(x)
+    shifts = roll_shifts(args, x_shape)
+    if shifts is None:
+        return [(x, lambda r: tr.whole(x_shape))]
+
+    def back(r: Region) -> Region:
+        out = []
+        for d, entry in enumerate(r):
+            lo, hi = tr.bounds(entry)
+            start = (lo - shifts[d]) % x_shape[d] if x_shape[d] else 0
+            out.append((start, start + hi - lo) if start + hi - lo <= x_shape[d] else (0, x_shape[d]))
+        return tuple(out)
+
+    return [(x, back)]
+
+
+def roll_shifts(args: dict[str, Any], x_shape: tuple[int, ...]) -> list[int] | None:
+    """torch.roll's shift per dim, each in [0, n); None for a roll of the flattened tensor (no dims)."""
+    dims = args.get("dims")
+    if dims is None or dims == []:
+        return None
+    shifts, dims = as_ints(args["shifts"], 1), as_ints(dims, 1)
+    if len(shifts) != len(dims):
+        raise Unmapped(f"roll with {len(shifts)} shifts for {len(dims)} dims")
+    total = [0] * len(x_shape)
+    for s, d in zip(shifts, dims, strict=True):
+        d = norm_dim(d, len(x_shape))
+        total[d] = (total[d] + s) % x_shape[d] if x_shape[d] else 0
+    return total
 
 
 def conv(node: torch.fx.Node, args: dict[str, Any]) -> list[Source]:
@@ -307,6 +364,11 @@ def layer_norm_dims(node: torch.fx.Node) -> set[int]:
     """The dims a layer norm normalises over (its map reads them whole)."""
     nd = len(shape(node))
     return set(range(nd - len(bound_args(node)["normalized_shape"]), nd))
+
+
+def group_norm_dims(node: torch.fx.Node) -> set[int]:
+    """The positions of a group norm (dims 2 on): each group's statistics are over all of them."""
+    return set(range(2, len(shape(node))))
 
 
 def softmax_dims(node: torch.fx.Node) -> set[int]:

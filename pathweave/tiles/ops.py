@@ -10,17 +10,21 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 import torch.fx
 
 from pathweave.analysis.ops import op_kind, op_name
 from pathweave.errors import UnsupportedError
-from pathweave.tiles import bind_cnn, bind_transformer, maps
+from pathweave.tiles import bind_cnn, bind_reduce, bind_transformer, maps
+from pathweave.tiles.abi import COMPARISONS
 from pathweave.tiles.maps import (
     BATCH_NORMS,
     CONVERSIONS,
     CREATION,
+    GROUP_NORMS,
     IDENTITY_VIEWS,
     LAYER_NORMS,
+    REDUCTIONS,
     RESHAPES,
     SLICES,
     SOFTMAXES,
@@ -50,7 +54,10 @@ class TileOp:
     by (an ATen op's is ``analysis.ops.op_kind``'s; the fused ops name theirs). ``aligned``: by default its
     tiles line up one to one with those of a same-shaped producer; ``whole``: the dims a tile spans whole
     (the dims it normalises or reduces). ``reads``: how its binder reads its first input (``READS``); a
-    transpose that does not lie so becomes a layer copying it (``nodes.plan_nodes``)."""
+    transpose that does not lie so becomes a layer copying it (``nodes.plan_nodes``). ``writes``: the
+    output types its kernel writes (float32; bool, one byte, for the comparisons); ``takes``: the types of
+    the tensor inputs it reads, where its output's type does not tell (a comparison of int64 is bool too),
+    so that the islands leave the others out before any binder refuses them."""
 
     kind: str
     bind: Binder | None
@@ -59,6 +66,8 @@ class TileOp:
     aligned: bool = False
     whole: WholeDims | None = None
     reads: str = "strided"
+    writes: tuple[torch.dtype, ...] = (torch.float32,)
+    takes: tuple[torch.dtype, ...] | None = None
 
     def __post_init__(self) -> None:
         if (self.maps is None) == (self.view is None):
@@ -80,8 +89,9 @@ TILE_OPS: dict[str, TileOp] = {
              "sign"), maps=maps.elementwise, bind=bind_cnn.ewise, aligned=True),
     **_rows(("gelu",), maps=maps.elementwise, bind=bind_transformer.gelu, aligned=True),
     **_rows(("where", "masked_fill"), maps=maps.elementwise, bind=bind_transformer.where, aligned=True),
-    **_rows(("addcdiv", "addcmul", "bitwise_not", "eq", "ge", "gt", "le", "lerp", "logical_and",
-             "logical_not", "logical_or", "lt", "ne"), maps=maps.elementwise, bind=None, aligned=True),
+    **_rows(COMPARISONS, maps=maps.elementwise, bind=bind_reduce.compare, aligned=True, writes=(torch.bool,),
+            takes=(torch.float32, torch.bool)),
+    **_rows(("addcdiv", "addcmul", "lerp"), maps=maps.elementwise, bind=None, aligned=True),
     **_rows(CONVERSIONS, maps=maps.conversion, bind=bind_transformer.convert, aligned=True),
     **_rows(CREATION, maps=maps.creation, bind=None),
     # normalisations and reductions
@@ -92,8 +102,8 @@ TILE_OPS: dict[str, TileOp] = {
     **_rows(("softmax", "_softmax"), maps=maps.softmax, bind=bind_transformer.softmax,
             whole=maps.softmax_dims, reads="rows"),
     **_rows(SOFTMAXES - {"softmax", "_softmax"}, maps=maps.softmax, bind=None, whole=maps.softmax_dims),
-    **_rows(("sum",), maps=maps.reduction, bind=bind_cnn.reduce_sum),
-    **_rows(("mean", "amax", "amin"), maps=maps.reduction, bind=None),
+    **_rows(GROUP_NORMS, maps=maps.group_norm, bind=bind_reduce.group_norm, whole=maps.group_norm_dims),
+    **_rows(REDUCTIONS, maps=maps.reduction, bind=bind_reduce.reduce),
     # windows
     **_rows(("conv2d",), maps=maps.conv, bind=bind_cnn.conv, reads="dense"),
     **_rows(("conv2d_act",), "conv", maps=maps.conv_act, bind=bind_cnn.conv, reads="dense"),
@@ -116,6 +126,7 @@ TILE_OPS: dict[str, TileOp] = {
     **_rows(("cat_batch_norm_act",), "reduction", maps=maps.cat_batch_norm, bind=bind_cnn.cat_batch_norm),
     **_rows(("stack",), maps=maps.stack, bind=bind_cnn.stack),
     **_rows(("pad", "constant_pad_nd"), maps=maps.pad, bind=bind_cnn.pad),
+    **_rows(("roll",), maps=maps.roll, bind=bind_reduce.roll),
     # views: folded into their consumers; a reshape that cannot view its input copies, and so does a
     # transpose that its consumer cannot read where it lies (``reads``)
     **_rows(IDENTITY_VIEWS, view=maps.identity, bind=None),

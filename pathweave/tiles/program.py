@@ -2,8 +2,9 @@
 layer's binder from the op table (``tiles.ops``), the buffers the rows read and write, and the scratch
 each worker needs.
 
-Every layer writes a contiguous float32 buffer: its own, or a block of one arena placed by liveness
-(``memory.plan_buffers``, whose added edges make each reuse wait for the reads of the old value).
+Every layer writes a contiguous buffer (float32; bool for the comparisons): its own, or a block of one
+arena placed by liveness (``memory.plan_buffers``, whose added edges make each reuse wait for the reads of
+the old value).
 """
 
 from __future__ import annotations
@@ -39,9 +40,9 @@ from pathweave.tiles.rows import (
     LayerRow,
     NoKernel,
     View,
-    check_float32,
     input_dtype,
     out_shape,
+    output_dtype,
     pad4,
     resolve,
 )
@@ -127,11 +128,12 @@ def _buffers(
         arena = np.zeros(end, dtype=np.float32)
     for i, name in enumerate(graph.layer_names):
         node = nodes[str(name)]
-        check_float32(node)
+        dtype = output_dtype(node, TILE_OPS[op_name(node)].writes)
         if arena is None:
-            bases[node] = np.zeros(out_shape(node), dtype=np.float32)
-        else:
-            bases[node] = arena[offsets[i] : offsets[i] + sizes[i]].reshape(out_shape(node))
+            bases[node] = np.zeros(out_shape(node), dtype=dtype)
+        else:  # a block of sizes[i] floats holds as many values of a narrower type (bool: a quarter used)
+            block = arena[offsets[i] : offsets[i] + sizes[i]].view(np.uint8)
+            bases[node] = block[: sizes[i] * np.dtype(dtype).itemsize].view(dtype).reshape(out_shape(node))
     return bases, inputs
 
 

@@ -92,11 +92,14 @@ def pad4(values: list[int] | tuple[int, ...], fill: int) -> list[int]:
     return [*values, *[fill] * (4 - len(values))]
 
 
-def check_float32(node: torch.fx.Node) -> None:
+def output_dtype(node: torch.fx.Node, writes: tuple[torch.dtype, ...]) -> type:
+    """The numpy type of a layer's output buffer, one of those its kernel ``writes`` (``TileOp.writes``)."""
     val = value(node)
-    if not isinstance(val, torch.Tensor) or val.dtype != torch.float32:
-        raise UnsupportedError(f"node {node.name}: the native tile kernels compute float32 tensors only, "
+    if not isinstance(val, torch.Tensor) or val.dtype not in writes:
+        names = ", ".join(str(t) for t in writes)
+        raise UnsupportedError(f"node {node.name}: its tile kernel writes {names}, "
                                f"not {getattr(val, 'dtype', type(val).__name__)}")  # fmt: skip
+    return BUFFER_DTYPES[val.dtype]
 
 
 def input_dtype(node: torch.fx.Node) -> type:

@@ -33,7 +33,7 @@ class _Heads(torch.nn.Module):
 
 class _GraphOnly(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.addcmul(x, torch.relu(x), x).mean(1)
+        return torch.log_softmax(torch.addcmul(x, torch.relu(x), x), 1)
 
 
 def test_reshape_copies_only_when_it_cannot_view() -> None:
@@ -63,7 +63,8 @@ def test_rows_and_op_families_agree() -> None:
     assert {name for name, op in TILE_OPS.items() if op.kind == "conv"} == maps.CONVOLUTIONS
     aligned = {name for name, op in TILE_OPS.items() if op.aligned}
     assert aligned == maps.ELEMENTWISE | maps.CONVERSIONS | maps.BATCH_NORMS
-    assert {name for name, op in TILE_OPS.items() if op.whole} == maps.LAYER_NORMS | maps.SOFTMAXES
+    whole = maps.LAYER_NORMS | maps.SOFTMAXES | maps.GROUP_NORMS
+    assert {name for name, op in TILE_OPS.items() if op.whole} == whole
     with pytest.raises(ValueError, match="either"):
         type(TILE_OPS["relu"])(kind="elementwise", bind=None, maps=maps.elementwise, view=maps.identity)
 
@@ -73,7 +74,7 @@ def test_an_op_without_a_kernel_is_refused_before_building() -> None:
     plans = plan_nodes(gm)
     with pytest.raises(UnsupportedError, match="no native tile kernel") as err:
         require_kernels(plans)
-    assert err.value.ops == ["addcmul", "mean"] and "relu" not in str(err.value)
+    assert err.value.ops == ["addcmul", "log_softmax"] and "relu" not in str(err.value)
     graph = build_tile_graph(gm, plans=plans)  # the tile graph itself covers them
     with pytest.raises(UnsupportedError, match="addcmul: no kernel for this op"):
         build_program(gm, graph, plans)

@@ -162,6 +162,16 @@ CASES: list[tuple] = [
     ("sum_keepdim", aten.sum.dim_IntList, lambda: (_t(2, 3, 5), [1], True), "0"),
     ("sum_drop_two", aten.sum.dim_IntList, lambda: (_t(2, 3, 5), [0, 2]), "0"),
     ("mean_last", aten.mean.dim, lambda: (_t(3, 4, 5), [-1]), "0"),
+    ("amax_outer_keepdim", aten.amax.default, lambda: (_t(2, 3, 5), [0, 2], True), "0"),
+    ("var_middle", aten.var.correction, lambda: (_t(3, 4, 5), [1]), "0"),
+    ("group_norm", aten.group_norm.default, lambda: (_t(2, 6, 3, 4), 3, _t(6), _t(6)), "0 1 2"),
+    ("group_norm_3d", aten.group_norm.default, lambda: (_t(1, 4, 5), 2), "0"),
+    ("native_group_norm", aten.native_group_norm.default,
+     lambda: (_t(2, 6, 3, 2), None, None, 2, 6, 6, 3, 1e-5), "0"),
+    # a tile whose rolled range wraps around reads the whole dim
+    ("roll_two_dims", aten.roll.default, lambda: (_t(2, 5, 6, 3), [1, -2], [1, 2]), "0f"),
+    ("roll_same_dim_twice", aten.roll.default, lambda: (_t(4, 7), [3, 6], [1, -1]), "0f"),
+    ("roll_flattened", aten.roll.default, lambda: (_t(3, 4), [2]), "0s"),
     # contractions
     ("linear_3d", aten.linear.default, lambda: (_t(2, 5, 7), _t(6, 7), _t(6)), "0 1 2"),
     ("linear_2d", aten.linear.default, lambda: (_t(3, 7), _t(4, 7)), "0"),

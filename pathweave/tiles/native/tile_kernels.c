@@ -659,26 +659,6 @@ PW_HOT static int pad_tile(const int64_t *L, const int32_t *lo, const int32_t *h
     return 0;
 }
 
-/* out[i] = sum of x over the reduced dims (sizes S_KH, S_KW; strides S_SH, S_SW); x's other dims are
- * read with the strides S_XSTRIDE over the output's index space */
-PW_HOT static int sum_tile(const int64_t *L, const int32_t *lo, const int32_t *hi) {
-    const float *x = ptr_f(L[S_X]);
-    float *out = ptr_w(L[S_OUT]);
-    const int64_t *os = L + S_OSHAPE, *xs = L + S_XSTRIDE;
-    const int64_t n1 = L[S_KH], n2 = L[S_KW], s1 = L[S_SH], s2 = L[S_SW];
-    for (int64_t a = lo[0]; a < hi[0]; a++)
-        for (int64_t b = lo[1]; b < hi[1]; b++)
-            for (int64_t c = lo[2]; c < hi[2]; c++)
-                for (int64_t e = lo[3]; e < hi[3]; e++) {
-                    const float *base = x + a * xs[0] + b * xs[1] + c * xs[2] + e * xs[3];
-                    float acc = 0.0f;
-                    for (int64_t i = 0; i < n1; i++)
-                        for (int64_t j = 0; j < n2; j++) acc += base[i * s1 + j * s2];
-                    out[((a * os[1] + b) * os[2] + c) * os[3] + e] = acc;
-                }
-    return 0;
-}
-
 /* aux records: (address, offset along dim S_GROUPS, size along it, stride0..3) per input */
 PW_HOT static int cat_tile(const int64_t *L, const int32_t *lo, const int32_t *hi) {
     const int64_t *aux = (const int64_t *)(intptr_t)L[S_AUX];
@@ -737,7 +717,6 @@ static int dispatch(const int64_t *layer, const int32_t *lo, const int32_t *hi, 
     case PW_K_CAT: return cat_tile(layer, lo, hi);
     case PW_K_AFFINE: return affine_tile(layer, lo, hi);
     case PW_K_PAD: return pad_tile(layer, lo, hi);
-    case PW_K_SUM: return sum_tile(layer, lo, hi);
     case PW_K_EMBEDDING: return pw_embedding_tile(layer, lo, hi);
     case PW_K_LAYERNORM: return pw_layernorm_tile(layer, lo, hi);
     case PW_K_SOFTMAX: return pw_softmax_tile(layer, lo, hi);
@@ -747,6 +726,7 @@ static int dispatch(const int64_t *layer, const int32_t *lo, const int32_t *hi, 
     case PW_K_CONVERT: return pw_convert_tile(layer, lo, hi);
     case PW_K_COPY: return pw_copy_tile(layer, lo, hi);
     case PW_K_NEAREST: case PW_K_BILINEAR: case PW_K_SHUFFLE: return pw_resize_tile(layer, lo, hi);
+    case PW_K_REDUCE ... PW_K_COMPARE: return pw_reduce_tile(layer, lo, hi);
     default: return 1;
     }
 }

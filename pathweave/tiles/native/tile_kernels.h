@@ -32,7 +32,7 @@ enum {
     PW_K_CAT = 7,      /* concatenation: copies from the inputs listed in an aux array */
     PW_K_AFFINE = 8,   /* act(x * scale + shift), scale and shift broadcast (inference batch norm) */
     PW_K_PAD = 9,      /* constant padding: x placed at offsets S_KH..S_KH+3 (per dim), the rest a value */
-    PW_K_SUM = 10,     /* sum over up to 2 dims of x: their sizes at S_KH, S_KW, strides at S_SH, S_SW */
+    /* 10: was sum over up to 2 dims, now PW_K_REDUCE's */
     /* transformer kernels (tile_kernels_seq.c; their slots in tile_kernels_seq.h), numbered apart */
     PW_K_EMBEDDING = 32, /* gather table rows by int64/int32 indices */
     PW_K_LAYERNORM = 33, /* layer norm over the last dim */
@@ -41,7 +41,12 @@ enum {
     PW_K_MATMUL = 36,    /* batched matmul / addmm on strided views (+bias, +act), sgemm per batch */
     PW_K_WHERE = 37,     /* where / masked_fill with a bool condition */
     PW_K_CONVERT = 38,   /* int64 / int32 / bool / float32 to float32 */
-    PW_K_COPY = 39       /* a reshape that copies (flatten of a transposed tensor) */
+    PW_K_COPY = 39,      /* a reshape that copies (flatten of a transposed tensor) */
+    /* reductions, group norm and roll (tile_reduce.c; their slots below), 40..44 */
+    PW_K_REDUCE = 40,    /* sum / mean / amax / amin / var / std over up to 4 dims (SR_KIND) */
+    PW_K_GROUPNORM = 41, /* group norm of an (N, C, ...) tensor, statistics of each group whole */
+    PW_K_ROLL = 42,      /* torch.roll: out[i] = x[(i - shift) mod n] along each dim */
+    PW_K_COMPARE = 43    /* comparisons and logic of float32 or bool tensors into a bool (1 byte) output */
 };
 /* resizing kernels (tile_resize.c), codes 45..49 */
 enum {
@@ -90,6 +95,30 @@ enum {
     S_ACT_P = 44,   /* 3: the activation's parameters (double bits; element-wise kernel) */
     S_PROFILE = 47 /* 0, or the address of int64 [ns, tiles] the kernel adds each tile's time to */
 };
+
+/* slots of tile_reduce.c's kernels beyond the shared ones (S_OP, S_OUT, S_X, S_W, S_BIAS, S_SCALAR,
+ * S_OSHAPE, S_XSTRIDE: x's strides over the output's dims, end-padded like the tile box); they reuse the
+ * numbers of the window slots. K_REDUCE's correction (var, std) and K_GROUPNORM's eps: S_SCALAR. */
+enum {
+    SR_KIND = 24,    /* K_REDUCE: PW_RED_* */
+    SR_RSHAPE = 28,  /* 4: K_REDUCE: sizes of the reduced dims, padded at the front with 1 (innermost last) */
+    SR_RSTRIDE = 32, /* 4: K_REDUCE: x's strides along them; K_ROLL: the shift per output dim, in [0, n) */
+    SR_GROUPS = 36,  /* K_GROUPNORM: the number of groups along dim 1 */
+    SR_DTYPE = 37    /* K_COMPARE: x's and y's element type (PW_DT_F32 or PW_DT_U8, tile_kernels_seq.h) */
+};
+
+/* what K_REDUCE computes; var and std divide by max(0, count - correction) */
+enum { PW_RED_SUM = 0, PW_RED_MEAN = 1, PW_RED_AMAX = 2, PW_RED_AMIN = 3, PW_RED_VAR = 4, PW_RED_STD = 5 };
+
+/* what K_COMPARE computes (SR_KIND): x op y, y a tensor (S_Y, S_YSTRIDE) or a number (S_SCALAR); the logic
+ * ops take nonzero as true (NaN too, as torch); PW_CMP_NOT is x == 0 (logical_not, bitwise_not of bool) */
+enum {
+    PW_CMP_EQ = 0, PW_CMP_NE = 1, PW_CMP_LT = 2, PW_CMP_LE = 3, PW_CMP_GT = 4, PW_CMP_GE = 5,
+    PW_CMP_AND = 6, PW_CMP_OR = 7, PW_CMP_NOT = 8
+};
+
+/* one tile of PW_K_REDUCE .. PW_K_COMPARE (tile_reduce.c); 1 for another code */
+int pw_reduce_tile(const int64_t *L, const int32_t *lo, const int32_t *hi);
 
 /* cblas_sgemm's signature (row-major, no-trans/trans as CBLAS enum values) */
 typedef void (*pw_sgemm_fn)(int order, int trans_a, int trans_b, int m, int n, int k, float alpha,
