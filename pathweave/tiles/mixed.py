@@ -66,7 +66,7 @@ def build_tiles(
     refuse_shared_mutation(captured)
     try:
         return TilesStrategy(captured, threads=threads, **options)
-    except UnsupportedError:
+    except (UnsupportedError, ExecutionError):  # the islands keep what checks out, the rest in ATen
         return IslandsStrategy(captured, threads, options, min_island_flops, aten_threads=aten_threads)
 
 
