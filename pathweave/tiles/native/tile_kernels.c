@@ -574,29 +574,56 @@ static void binary_row(float *d, const float *xr, int64_t sx, const float *yr, i
     }
 }
 
+/* An element-wise layer's tile with the output's trailing dims of extent 1 moved to the front, so that
+ * its last real dim is dim 3: shapes are padded at the end, and a [rows, cols] tensor (padded to
+ * [rows, cols, 1, 1]) ran one value per call (x * 2 over 2048 x 512: 16 ms against eager's 0.1). The
+ * output's offsets are unchanged (leading dims of extent 1). */
+typedef struct {
+    int64_t os[4], xs[4], ys[4];
+    int32_t lo[4], hi[4];
+} ew_box;
+
+static ew_box ew_align(const int64_t *L, const int32_t *lo, const int32_t *hi) {
+    ew_box b;
+    int k = 3;
+    while (k > 0 && L[S_OSHAPE + k] == 1) k--;
+    const int shift = 3 - k;
+    for (int d = 0; d < 4; d++) {
+        const int s = d - shift;
+        b.os[d] = s >= 0 ? L[S_OSHAPE + s] : 1;
+        b.xs[d] = s >= 0 ? L[S_XSTRIDE + s] : 0;
+        b.ys[d] = s >= 0 ? L[S_YSTRIDE + s] : 0;
+        b.lo[d] = s >= 0 ? lo[s] : 0;
+        b.hi[d] = s >= 0 ? hi[s] : 1;
+    }
+    return b;
+}
+
 /* Whether the tile's rows along dim 3 are whole and lie back to back in a tensor read with strides st
  * (dim 2 steps over one full row): then the tile's rows of one (dim 0, dim 1) are a single row, and a
  * small feature map (7 x 7) is one loop instead of seven. */
-static inline int whole_rows(const int64_t *L, const int32_t *lo, const int32_t *hi, const int64_t *st) {
-    return lo[3] == 0 && hi[3] == L[S_OSHAPE + 3] && st[2] == st[3] * L[S_OSHAPE + 3];
+static inline int whole_rows(const ew_box *b, const int64_t *st) {
+    return b->lo[3] == 0 && b->hi[3] == b->os[3] && st[2] == st[3] * b->os[3];
 }
 
-PW_HOT static int ewise_tile(const int64_t *L, const int32_t *lo, const int32_t *hi) {
+PW_HOT static int ewise_tile(const int64_t *L, const int32_t *tlo, const int32_t *thi) {
+    const ew_box b = ew_align(L, tlo, thi);
     const float *x = ptr_f(L[S_X]), *y = ptr_f(L[S_Y]);
     float *out = ptr_w(L[S_OUT]);
-    const int64_t *os = L + S_OSHAPE, *xs = L + S_XSTRIDE, *ys = L + S_YSTRIDE;
+    const int64_t *os = b.os, *xs = b.xs, *ys = b.ys;
+    const int32_t *lo = b.lo, *hi = b.hi;
     const int op = (int)L[S_BINOP], act = (int)L[S_ACT];
     const float alpha = (float)as_double(L[S_ALPHA]), scalar = (float)as_double(L[S_SCALAR]);
     const float params[3] = {(float)as_double(L[S_ACT_P]), (float)as_double(L[S_ACT_P + 1]),
                              (float)as_double(L[S_ACT_P + 2])};
     int64_t n = hi[3] - lo[3], c_end = hi[2];
-    if (whole_rows(L, lo, hi, xs) && (!y || whole_rows(L, lo, hi, ys))) n *= hi[2] - lo[2], c_end = lo[2] + 1;
+    if (whole_rows(&b, xs) && (!y || whole_rows(&b, ys))) n *= hi[2] - lo[2], c_end = lo[2] + 1;
     for (int64_t a = lo[0]; a < hi[0]; a++)
-        for (int64_t b = lo[1]; b < hi[1]; b++)
+        for (int64_t b1 = lo[1]; b1 < hi[1]; b1++)
             for (int64_t c = lo[2]; c < c_end; c++) {
-                float *d = out + ((a * os[1] + b) * os[2] + c) * os[3] + lo[3];
-                const float *xr = x + a * xs[0] + b * xs[1] + c * xs[2] + lo[3] * xs[3];
-                const float *yr = y ? y + a * ys[0] + b * ys[1] + c * ys[2] + lo[3] * ys[3] : NULL;
+                float *d = out + ((a * os[1] + b1) * os[2] + c) * os[3] + lo[3];
+                const float *xr = x + a * xs[0] + b1 * xs[1] + c * xs[2] + lo[3] * xs[3];
+                const float *yr = y ? y + a * ys[0] + b1 * ys[1] + c * ys[2] + lo[3] * ys[3] : NULL;
                 binary_row(d, xr, xs[3], yr, ys[3], scalar, alpha, op, n);
                 if (act >= PW_ACT_SILU)
                     pw_act_row(d, n, act, params);
@@ -607,19 +634,21 @@ PW_HOT static int ewise_tile(const int64_t *L, const int32_t *lo, const int32_t 
 }
 
 /* act(x * scale + shift): scale at S_Y and shift at S_BIAS, both read with the strides S_YSTRIDE */
-PW_HOT static int affine_tile(const int64_t *L, const int32_t *lo, const int32_t *hi) {
+PW_HOT static int affine_tile(const int64_t *L, const int32_t *tlo, const int32_t *thi) {
+    const ew_box b = ew_align(L, tlo, thi);
     const float *x = ptr_f(L[S_X]), *scale = ptr_f(L[S_Y]), *shift = ptr_f(L[S_BIAS]);
     float *out = ptr_w(L[S_OUT]);
-    const int64_t *os = L + S_OSHAPE, *xs = L + S_XSTRIDE, *ys = L + S_YSTRIDE;
+    const int64_t *os = b.os, *xs = b.xs, *ys = b.ys;
+    const int32_t *lo = b.lo, *hi = b.hi;
     const int64_t sx = xs[3], sy = ys[3];
     int64_t n = hi[3] - lo[3], c_end = hi[2];
-    if (whole_rows(L, lo, hi, xs) && whole_rows(L, lo, hi, ys)) n *= hi[2] - lo[2], c_end = lo[2] + 1;
+    if (whole_rows(&b, xs) && whole_rows(&b, ys)) n *= hi[2] - lo[2], c_end = lo[2] + 1;
     for (int64_t a = lo[0]; a < hi[0]; a++)
-        for (int64_t b = lo[1]; b < hi[1]; b++)
+        for (int64_t b1 = lo[1]; b1 < hi[1]; b1++)
             for (int64_t c = lo[2]; c < c_end; c++) {
-                float *d = out + ((a * os[1] + b) * os[2] + c) * os[3] + lo[3];
-                const float *xr = x + a * xs[0] + b * xs[1] + c * xs[2] + lo[3] * sx;
-                const int64_t at = a * ys[0] + b * ys[1] + c * ys[2] + lo[3] * sy;
+                float *d = out + ((a * os[1] + b1) * os[2] + c) * os[3] + lo[3];
+                const float *xr = x + a * xs[0] + b1 * xs[1] + c * xs[2] + lo[3] * sx;
+                const int64_t at = a * ys[0] + b1 * ys[1] + c * ys[2] + lo[3] * sy;
                 const float *sr = scale + at, *hr = shift + at;
                 if (sy == 0) { /* one channel along the row (NCHW): two scalars */
                     const float m = sr[0], k = hr[0];
