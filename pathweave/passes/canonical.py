@@ -1,8 +1,13 @@
-"""Spell ops the way the strategies' op tables know them: ``x.reshape_as(y)`` -> ``x.reshape(y.shape)``
-(also ``view_as``, ``expand_as``), ``x.type_as(y)`` -> ``x.to(y.dtype)``, and a convolution with
-``padding="same"`` or ``"valid"`` -> one with explicit padding (a ``constant_pad_nd`` first where "same"
-pads one side more, as even kernels do), and a one- or two-operand ``einsum`` (CvT's attention) ->
-sums, permutes, reshapes and one ``bmm`` (indices repeated within an operand stay an einsum).
+"""Spell ops the way the strategies' op tables know them:
+
+- ``x.reshape_as(y)`` -> ``x.reshape(y.shape)`` (also ``view_as``, ``expand_as``), ``x.type_as(y)`` ->
+  ``x.to(y.dtype)``;
+- ``x.to(dtype)`` to the type it has -> ``x`` (ATen returns ``x`` itself; the tiles copied it: Llama's
+  RMSNorm casts float32 to float32 twice per layer);
+- a convolution with ``padding="same"`` or ``"valid"`` -> one with explicit padding (a
+  ``constant_pad_nd`` first where "same" pads one side more, as even kernels do);
+- a one- or two-operand ``einsum`` (CvT's attention) -> sums, permutes, reshapes and one ``bmm``
+  (indices repeated within an operand stay an einsum).
 
 torch.export keeps these composite overloads as they were written (LeViT's ``reshape_as``, DPT's
 ``expand_as``, EfficientNet's "same" padding); each rewrite is the op's own definition, so results are
@@ -26,7 +31,9 @@ _AS_SHAPE = {aten.reshape_as.default: aten.reshape.default, aten.view_as.default
              aten.expand_as.default: aten.expand.default}  # fmt: skip
 _PADDED_CONVS = {aten.conv1d.padding: aten.conv1d.default, aten.conv2d.padding: aten.conv2d.default,
                  aten.conv3d.padding: aten.conv3d.default}  # fmt: skip
-_TARGETS = (*_AS_SHAPE, aten.type_as.default, *_PADDED_CONVS, aten.einsum.default)
+#: ``to`` overloads that return their input itself where nothing changes
+_TO = (aten.to.dtype, aten.to.dtype_layout, aten.to.device)
+_TARGETS = (*_AS_SHAPE, aten.type_as.default, *_PADDED_CONVS, aten.einsum.default, *_TO)
 
 
 @dataclass(frozen=True)
@@ -61,7 +68,23 @@ def propose(gm: torch.fx.GraphModule) -> list[Canonical]:
         and n.target in _TARGETS
         and _has_shapes(n)
         and (n.target is not aten.einsum.default or _einsum_terms(n) is not None)
+        and (n.target not in _TO or _same_tensor(n))
     ]
+
+
+def _same_tensor(node: torch.fx.Node) -> bool:
+    """A ``to`` that changes nothing (dtype, device, layout as they are; no copy asked for)."""
+    src, out = node.args[0].meta["val"], node.meta.get("val")
+    if not isinstance(out, torch.Tensor) or node.kwargs.get("copy") or node.kwargs.get("memory_format"):
+        return False
+    if len(node.args) > 3 or any(isinstance(a, bool) and a for a in node.args[2:]):
+        return False  # non_blocking / copy given by position
+    return (src.dtype, src.device, src.layout, tuple(src.shape)) == (
+        out.dtype,
+        out.device,
+        out.layout,
+        tuple(out.shape),
+    )
 
 
 def _einsum_terms(node: torch.fx.Node) -> tuple[list[str], str] | None:
@@ -187,6 +210,10 @@ def apply(gm: torch.fx.GraphModule, matches: list[Canonical]) -> None:
                 new = _emit(gm.graph, aten._to_copy.default, x)
                 new.kwargs = {"dtype": other.meta["val"].dtype}
                 new.meta["val"] = aten._to_copy.default(_meta(x), dtype=other.meta["val"].dtype)
+            elif node.target in _TO:
+                node.replace_all_uses_with(node.args[0])
+                gm.graph.erase_node(node)
+                continue
             elif node.target is aten.einsum.default:
                 new = _einsum(gm.graph, node)
             else:

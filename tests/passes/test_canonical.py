@@ -114,3 +114,15 @@ def test_einsums_left_alone(equation: str, shapes: list[tuple[int, ...]]) -> Non
     xs = [torch.randn(*s) for s in shapes]
     gm = capture(Einsum(), *xs).gm
     assert not [m for m in canonical.propose(gm) if "einsum" in m.node]
+
+
+def test_a_to_that_changes_nothing_goes() -> None:
+    class Casts(torch.nn.Module):  # LlamaRMSNorm: hidden.to(float32) ... .to(input_dtype)
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x.to(torch.float32) * 2 + x.to(torch.float16).to(torch.float32)
+
+    x = torch.randn(3, 5)
+    gm = _rewritten(Casts(), x)
+    kept = [n for n in gm.graph.nodes if n.target is aten.to.dtype]
+    assert [n.args[1] for n in kept] == [torch.float16, torch.float32]  # the real casts stay
+    assert torch.equal(gm(x)[0], Casts()(x))
