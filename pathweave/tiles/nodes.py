@@ -107,17 +107,22 @@ def copies(node: torch.fx.Node, layers: set[torch.fx.Node]) -> bool:
     return isinstance(t, torch.Tensor) and t is not base and not t._is_view()
 
 
+#: views a transpose's reader may sit behind (wav2vec2's positional conv1d reads its transpose through the
+#: ``unsqueeze`` that runs it as a 2-D convolution); reshapes decide for themselves (``copies``)
+_PASS_THROUGH = {"unsqueeze", "squeeze"}
+
+
 def unreadable(node: torch.fx.Node, layers: set[torch.fx.Node]) -> bool:
-    """Whether a transpose or reshape feeds, directly or through identity views (``contiguous``), a layer
-    whose binder cannot read it where it lies (``TileOp.reads``: a layer norm over the dim that ConvNeXt's
-    NCHW -> NHWC permute leaves strided, a conv of the permute back, or of SegFormer's tokens reshaped
-    to an image after a transpose); it then copies instead."""
+    """Whether a transpose or reshape feeds, directly or through identity views (``contiguous``) and
+    (un)squeezes, a layer whose binder cannot read it where it lies (``TileOp.reads``: a layer norm over
+    the dim that ConvNeXt's NCHW -> NHWC permute leaves strided, a conv of the permute back, or of
+    SegFormer's tokens reshaped to an image after a transpose); it then copies instead."""
     reads = set()
     todo = [(user, node) for user in node.users]
     while todo:
         user, arg = todo.pop()
         name = op_name(user) if user.op == "call_function" else ""
-        if name in IDENTITY_VIEWS:
+        if name in IDENTITY_VIEWS or name in _PASS_THROUGH:
             todo.extend((u, user) for u in user.users)
         elif name in TILE_OPS and user.args and user.args[0] is arg:
             reads.add(TILE_OPS[name].reads)

@@ -123,6 +123,25 @@ def test_a_reshape_of_a_transpose_copies_for_a_convolution(outputs_close) -> Non
     strat.close()
 
 
+class _PositionalConv(torch.nn.Module):
+    """wav2vec2's positional embedding: a grouped Conv1d over the transposed hidden states."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(32, 32)
+        self.conv = torch.nn.Conv1d(32, 32, 9, padding=4, groups=4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(self.fc(x).transpose(1, 2))
+
+
+def test_a_conv1d_of_a_transpose_copies(outputs_close) -> None:
+    torch.manual_seed(0)
+    strat = _check(_PositionalConv().eval(), torch.randn(1, 17, 32), outputs_close, threads=2)
+    assert "transpose" in strat.graph.layer_ops  # the copy layer before the convolution
+    strat.close()
+
+
 def test_a_transpose_read_in_place_stays_a_view(outputs_close) -> None:
     """A matmul and an element-wise op read any strides: no copy layer for their transposes."""
     model = torch.nn.Linear(CHANNELS, 5).eval()
