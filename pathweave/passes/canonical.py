@@ -24,7 +24,7 @@ import torch
 import torch.fx
 
 from pathweave.errors import PlanError
-from pathweave.passes.util import aten
+from pathweave.passes.util import aten, emit, meta_value
 
 #: ``x.<op>_as(y)`` -> ``x.<op>(y.shape)``
 _AS_SHAPE = {aten.reshape_as.default: aten.reshape.default, aten.view_as.default: aten.view.default,
@@ -39,21 +39,6 @@ _TARGETS = (*_AS_SHAPE, aten.type_as.default, *_PADDED_CONVS, aten.einsum.defaul
 @dataclass(frozen=True)
 class Canonical:
     node: str
-
-
-def _meta(x: Any) -> Any:
-    if isinstance(x, torch.fx.Node):
-        v = x.meta["val"]
-        return torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="meta")
-    if isinstance(x, (list, tuple)):
-        return type(x)(_meta(e) for e in x)
-    return x
-
-
-def _emit(graph: torch.fx.Graph, target: Any, *args: Any) -> torch.fx.Node:
-    node = graph.call_function(target, args)
-    node.meta["val"] = target(*(_meta(a) for a in args))
-    return node
 
 
 def _has_shapes(node: torch.fx.Node) -> bool:
@@ -127,15 +112,15 @@ def _sum_alone(graph: torch.fx.Graph, x: torch.fx.Node, term: str, keep: str) ->
     gone = [i for i, c in enumerate(term) if c not in keep]
     if not gone:
         return x, term
-    return _emit(graph, aten.sum.dim_IntList, x, gone), "".join(c for c in term if c in keep)
+    return emit(graph, aten.sum.dim_IntList, x, gone), "".join(c for c in term if c in keep)
 
 
 def _permute_reshape(
     graph: torch.fx.Graph, x: torch.fx.Node, term: str, order: str, shape: list[int]
 ) -> torch.fx.Node:
     if term != order:
-        x = _emit(graph, aten.permute.default, x, [term.index(c) for c in order])
-    return _emit(graph, aten.reshape.default, x, shape)
+        x = emit(graph, aten.permute.default, x, [term.index(c) for c in order])
+    return emit(graph, aten.reshape.default, x, shape)
 
 
 def _einsum(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
@@ -149,7 +134,7 @@ def _einsum(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
     }
     if len(terms) == 1:
         x, term = _sum_alone(graph, operands[0], terms[0], out)
-        return x if term == out else _emit(graph, aten.permute.default, x, [term.index(c) for c in out])
+        return x if term == out else emit(graph, aten.permute.default, x, [term.index(c) for c in out])
     (a, ta), (b, tb) = (_sum_alone(graph, o, t, out + other) for o, t, other in
                         ((operands[0], terms[0], terms[1]), (operands[1], terms[1], terms[0])))  # fmt: skip
     batch = "".join(c for c in out if c in ta and c in tb)
@@ -159,10 +144,10 @@ def _einsum(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
     size = lambda idx: math.prod(sizes[c] for c in idx)  # noqa: E731
     a3 = _permute_reshape(graph, a, ta, batch + left + contract, [size(batch), size(left), size(contract)])
     b3 = _permute_reshape(graph, b, tb, batch + contract + right, [size(batch), size(contract), size(right)])
-    y = _emit(graph, aten.bmm.default, a3, b3)
+    y = emit(graph, aten.bmm.default, a3, b3)
     done = batch + left + right
-    y = _emit(graph, aten.reshape.default, y, [sizes[c] for c in done])
-    return y if done == out else _emit(graph, aten.permute.default, y, [done.index(c) for c in out])
+    y = emit(graph, aten.reshape.default, y, [sizes[c] for c in done])
+    return y if done == out else emit(graph, aten.permute.default, y, [done.index(c) for c in out])
 
 
 def _same_padding(weight: torch.fx.Node, dilation: Any) -> list[tuple[int, int]]:
@@ -189,10 +174,10 @@ def _conv(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
     pads = [(0, 0)] * spatial if a["padding"] == "valid" else _same_padding(w, dilation)
     if any(lo != hi for lo, hi in pads):
         flat = [p for lo_hi in reversed(pads) for p in lo_hi]  # constant_pad_nd: last dim first
-        x = _emit(graph, aten.constant_pad_nd.default, x, flat, 0.0)
+        x = emit(graph, aten.constant_pad_nd.default, x, flat, 0.0)
         pads = [(0, 0)] * spatial
     padding = [lo for lo, _ in pads]
-    return _emit(
+    return emit(
         graph, _PADDED_CONVS[node.target], x, w, a["bias"], a["stride"], padding, dilation, a["groups"]
     )
 
@@ -204,12 +189,12 @@ def apply(gm: torch.fx.GraphModule, matches: list[Canonical]) -> None:
         with gm.graph.inserting_before(node):
             if node.target in _AS_SHAPE:
                 x, other = node.args[:2]
-                new = _emit(gm.graph, _AS_SHAPE[node.target], x, list(other.meta["val"].shape))
+                new = emit(gm.graph, _AS_SHAPE[node.target], x, list(other.meta["val"].shape))
             elif node.target is aten.type_as.default:
                 x, other = node.args[:2]
-                new = _emit(gm.graph, aten._to_copy.default, x)
+                new = emit(gm.graph, aten._to_copy.default, x)
                 new.kwargs = {"dtype": other.meta["val"].dtype}
-                new.meta["val"] = aten._to_copy.default(_meta(x), dtype=other.meta["val"].dtype)
+                new.meta["val"] = aten._to_copy.default(meta_value(x), dtype=other.meta["val"].dtype)
             elif node.target in _TO:
                 node.replace_all_uses_with(node.args[0])
                 gm.graph.erase_node(node)

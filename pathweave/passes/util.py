@@ -132,3 +132,20 @@ def residual_operand(node: torch.fx.Node, add: torch.fx.Node | None) -> torch.fx
     if a is None or b is None or tuple(a.shape) != tuple(b.shape) or a.dtype != b.dtype:
         return None
     return other
+
+
+def meta_value(x: Any) -> Any:
+    """An fx argument as a meta tensor of its value's shape, strides and dtype (numbers as they are)."""
+    if isinstance(x, torch.fx.Node):
+        v = x.meta["val"]
+        return torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="meta")
+    if isinstance(x, (list, tuple)):
+        return type(x)(meta_value(e) for e in x)
+    return x
+
+
+def emit(graph: torch.fx.Graph, target: Any, *args: Any) -> torch.fx.Node:
+    """A new ``target(*args)`` node at the graph's insert point, its value's shape in ``meta["val"]``."""
+    node = graph.call_function(target, args)
+    node.meta["val"] = target(*(meta_value(a) for a in args))
+    return node

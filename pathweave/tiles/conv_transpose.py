@@ -28,7 +28,7 @@ import torch
 import torch.fx
 
 from pathweave.errors import PlanError
-from pathweave.passes.util import add_constant, aten, constant
+from pathweave.passes.util import add_constant, aten, constant, emit
 
 _PARAMS = ("input", "weight", "bias", "stride", "padding", "output_padding", "groups", "dilation")
 _CONV_PARAMS = ("input", "weight", "bias", "stride", "padding", "dilation", "transposed", "output_padding",
@@ -168,21 +168,6 @@ def propose(gm: torch.fx.GraphModule) -> list[Decompose]:
     return [d for n in gm.graph.nodes if (d := _plan(gm, n)) is not None]
 
 
-def _meta(x: Any) -> Any:
-    if isinstance(x, torch.fx.Node):
-        v = x.meta["val"]
-        return torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="meta")
-    if isinstance(x, (list, tuple)):
-        return type(x)(_meta(e) for e in x)
-    return x
-
-
-def _emit(graph: torch.fx.Graph, target: Any, *args: Any) -> torch.fx.Node:
-    node = graph.call_function(target, args)
-    node.meta["val"] = target(*(_meta(a) for a in args))
-    return node
-
-
 def phase_weight(
     w: torch.Tensor, groups: int, taps_h: tuple[int, ...], taps_w: tuple[int, ...]
 ) -> torch.Tensor:
@@ -215,7 +200,7 @@ class _Rewrite:
     ) -> torch.fx.Node:
         d = self.d
         b = self.const(f"{tag}_b", bias) if bias is not None else None
-        return _emit(self.gm.graph, aten.conv2d.default, self.x, self.const(f"{tag}_w", weight), b, [1, 1],
+        return emit(self.gm.graph, aten.conv2d.default, self.x, self.const(f"{tag}_w", weight), b, [1, 1],
                      pads, [d.h.dilation, d.w.dilation], d.groups)  # fmt: skip
 
     def uniform(self) -> torch.fx.Node:
@@ -236,8 +221,8 @@ class _Rewrite:
         for rh, th in enumerate(d.h.taps):
             for rw, tw in enumerate(d.w.taps):
                 pieces.append(self._phase(rh, rw, th, tw))
-        joined = _emit(graph, aten.cat.default, pieces, 1)
-        return _emit(graph, aten.reshape.default, joined, [self.n, -1, d.h.rows, d.w.rows])
+        joined = emit(graph, aten.cat.default, pieces, 1)
+        return emit(graph, aten.reshape.default, joined, [self.n, -1, d.h.rows, d.w.rows])
 
     def _phase(self, rh: int, rw: int, th: tuple[int, ...], tw: tuple[int, ...]) -> torch.fx.Node:
         d, graph = self.d, self.gm.graph
@@ -245,12 +230,12 @@ class _Rewrite:
         if not th or not tw:  # no tap reaches this phase: the bias alone, as eager
             fill = self.b if self.b is not None else torch.zeros(self.out_c)
             c = self.const(f"phase{rh}_{rw}_fill", fill.repeat(self.n).reshape(-1, 1, 1, 1))
-            return _emit(graph, aten.expand.default, c, shape)
+            return emit(graph, aten.expand.default, c, shape)
         y = self.conv(phase_weight(self.w, d.groups, th, tw), self.b, [d.h.pads[rh], d.w.pads[rw]],
                       f"phase{rh}_{rw}")  # fmt: skip
-        y = _emit(graph, aten.slice.Tensor, y, 2, d.h.starts[rh], d.h.starts[rh] + d.h.rows)
-        y = _emit(graph, aten.slice.Tensor, y, 3, d.w.starts[rw], d.w.starts[rw] + d.w.rows)
-        return _emit(graph, aten.reshape.default, y, shape)
+        y = emit(graph, aten.slice.Tensor, y, 2, d.h.starts[rh], d.h.starts[rh] + d.h.rows)
+        y = emit(graph, aten.slice.Tensor, y, 3, d.w.starts[rw], d.w.starts[rw] + d.w.rows)
+        return emit(graph, aten.reshape.default, y, shape)
 
     def interleave(self, y: torch.fx.Node) -> torch.fx.Node:
         """[N, O s_h s_w, A, B] (o-major) -> [N, O, A s_h, B s_w]: phase (rh, rw) of row a, column b lands
@@ -259,18 +244,18 @@ class _Rewrite:
         if sh == sw == 1:
             return y
         if sh == sw:
-            return _emit(graph, aten.pixel_shuffle.default, y, sh)
+            return emit(graph, aten.pixel_shuffle.default, y, sh)
         a, b = y.meta["val"].shape[2:]
-        y = _emit(graph, aten.reshape.default, y, [self.n, self.out_c, sh, sw, a, b])
-        y = _emit(graph, aten.permute.default, y, [0, 1, 4, 2, 5, 3])
-        return _emit(graph, aten.reshape.default, y, [self.n, self.out_c, a * sh, b * sw])
+        y = emit(graph, aten.reshape.default, y, [self.n, self.out_c, sh, sw, a, b])
+        y = emit(graph, aten.permute.default, y, [0, 1, 4, 2, 5, 3])
+        return emit(graph, aten.reshape.default, y, [self.n, self.out_c, a * sh, b * sw])
 
     def crop(self, y: torch.fx.Node, top: int, left: int) -> torch.fx.Node:
         """The output's rows and columns of the interleaved ``y`` (a copy: its consumers read it dense)."""
         rows, cols = y.meta["val"].shape[2:]
         h, w = self.d.h.size, self.d.w.size
         cut = [-left, -(cols - left - w), -top, -(rows - top - h)]
-        return y if not any(cut) else _emit(self.gm.graph, aten.constant_pad_nd.default, y, cut, 0.0)
+        return y if not any(cut) else emit(self.gm.graph, aten.constant_pad_nd.default, y, cut, 0.0)
 
     def build(self) -> torch.fx.Node:
         d = self.d

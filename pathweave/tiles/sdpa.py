@@ -25,7 +25,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from pathweave.passes.util import add_constant, aten
+from pathweave.passes.util import add_constant, aten, emit
 
 FLT_MAX = float(torch.finfo(torch.float32).max)
 _SDPA = aten.scaled_dot_product_attention.default
@@ -96,55 +96,39 @@ def propose(gm: torch.fx.GraphModule) -> list[Decompose]:
     return [d for n in gm.graph.nodes if n.op == "call_function" and n.target == _SDPA and (d := _plan(n))]
 
 
-def _meta(x: Any) -> Any:
-    """An fx argument as a meta tensor of its value's shape, strides and dtype (numbers as they are)."""
-    if isinstance(x, torch.fx.Node):
-        v = x.meta["val"]
-        return torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="meta")
-    if isinstance(x, (list, tuple)):
-        return type(x)(_meta(e) for e in x)
-    return x
-
-
-def _emit(graph: torch.fx.Graph, target: Any, *args: Any) -> torch.fx.Node:
-    node = graph.call_function(target, args)
-    node.meta["val"] = target(*(_meta(a) for a in args))
-    return node
-
-
 def _repeat_heads(graph: torch.fx.Graph, x: torch.fx.Node, groups: int) -> torch.fx.Node:
     """[B, Hkv, S, E] -> [B, Hkv * groups, S, E], each head repeated ``groups`` times in place."""
     if groups == 1:
         return x
     b, h, s, e = x.meta["val"].shape
-    wide = _emit(graph, aten.expand.default, _emit(graph, aten.unsqueeze.default, x, 2), [b, h, groups, s, e])
-    return _emit(graph, aten.reshape.default, wide, [b, h * groups, s, e])
+    wide = emit(graph, aten.expand.default, emit(graph, aten.unsqueeze.default, x, 2), [b, h, groups, s, e])
+    return emit(graph, aten.reshape.default, wide, [b, h * groups, s, e])
 
 
 def _scores(gm: torch.fx.GraphModule, node: torch.fx.Node, d: Decompose) -> torch.fx.Node:
     """q @ k^T * scale with the mask applied."""
     graph, args = gm.graph, _sdpa_args(node)
     q, k = args["query"], _repeat_heads(graph, args["key"], d.groups)
-    kt = _emit(graph, aten.transpose.int, k, -2, -1)
-    s = _emit(graph, aten.mul.Tensor, _emit(graph, aten.matmul.default, q, kt), d.scale)
+    kt = emit(graph, aten.transpose.int, k, -2, -1)
+    s = emit(graph, aten.mul.Tensor, emit(graph, aten.matmul.default, q, kt), d.scale)
     mask = args.get("attn_mask")
     if d.mask == "causal":
         length, source = q.meta["val"].shape[-2], k.meta["val"].shape[-2]
         tril = torch.ones(length, source, dtype=torch.bool).tril()
         mask = add_constant(gm, node, "sdpa_causal_mask", tril)
     if d.mask in ("bool", "causal"):  # as eager, an additive mask: a masked NaN score stays NaN
-        mask = _emit(graph, aten.where.Scalar, mask, 0.0, -math.inf)
-    return s if d.mask == "none" else _emit(graph, aten.add.Tensor, s, mask)
+        mask = emit(graph, aten.where.Scalar, mask, 0.0, -math.inf)
+    return s if d.mask == "none" else emit(graph, aten.add.Tensor, s, mask)
 
 
 def _attend(graph: torch.fx.Graph, s: torch.fx.Node, v: torch.fx.Node) -> torch.fx.Node:
     """softmax(s) @ v with eager's safe softmax: a row of scores all -inf gives 0 (module docstring)."""
-    finite = _emit(graph, aten.clamp_min.default, s, -FLT_MAX)
-    keep = _emit(graph, aten.exp.default, _emit(graph, aten.sub.Tensor, s, finite))
-    live = _emit(graph, aten.clamp_max.default, _emit(graph, aten.sum.dim_IntList, keep, [-1], True), 1.0)
-    floor = _emit(graph, aten.add.Tensor, _emit(graph, aten.mul.Tensor, live, -FLT_MAX), -FLT_MAX)
-    p = _emit(graph, aten._softmax.default, _emit(graph, aten.maximum.default, s, floor), -1, False)
-    return _emit(graph, aten.mul.Tensor, _emit(graph, aten.matmul.default, p, v), live)
+    finite = emit(graph, aten.clamp_min.default, s, -FLT_MAX)
+    keep = emit(graph, aten.exp.default, emit(graph, aten.sub.Tensor, s, finite))
+    live = emit(graph, aten.clamp_max.default, emit(graph, aten.sum.dim_IntList, keep, [-1], True), 1.0)
+    floor = emit(graph, aten.add.Tensor, emit(graph, aten.mul.Tensor, live, -FLT_MAX), -FLT_MAX)
+    p = emit(graph, aten._softmax.default, emit(graph, aten.maximum.default, s, floor), -1, False)
+    return emit(graph, aten.mul.Tensor, emit(graph, aten.matmul.default, p, v), live)
 
 
 def apply(gm: torch.fx.GraphModule, matches: list[Decompose]) -> None:
