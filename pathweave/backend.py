@@ -14,6 +14,7 @@ shapes), calls that need gradients, graphs pathweave refuses. ``fallback`` picks
 
 from __future__ import annotations
 
+import threading
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -22,7 +23,7 @@ import torch
 import torch.fx
 
 from pathweave.api import NAMES, optimize
-from pathweave.errors import InputError, PathweaveError
+from pathweave.errors import ClosedError, InputError, PathweaveError
 
 #: the backend's own settings; anything else in ``options`` is the strategy's
 FALLBACKS = ("inductor", "eager")
@@ -84,7 +85,8 @@ class CompiledGraph:
         self.options = options
         places = [n for n in gm.graph.nodes if n.op == "placeholder"]
         self.weight_at = [i for i, n in enumerate(places) if _is_weight(n)]
-        self.data_at = [i for i in range(len(places)) if i not in set(self.weight_at)]
+        self._lock = threading.Lock()
+        self.data_at = [i for i, n in enumerate(places) if not _is_weight(n)]
         self._build(list(example_inputs))
 
     def _build(self, args: list[torch.Tensor]) -> None:
@@ -107,13 +109,22 @@ class CompiledGraph:
                 stacklevel=2,
             )
             return self.gm(*args)
-        if self._weights_changed(args):
-            warnings.warn("pathweave backend: the model's weights changed since the graph was optimized; "
-                          "optimizing again", BackendFallbackWarning, stacklevel=2)  # fmt: skip
-            self.compiled.close()
-            self._build(list(args))
-        out = self.compiled(*[args[i] for i in self.data_at])
-        return out if isinstance(out, (tuple, list)) else (out,)
+        data = [args[i] for i in self.data_at]
+        while True:
+            with self._lock:  # one thread rebuilds; the others then call the new build
+                if self._weights_changed(args):
+                    why = "the model's weights changed since the graph was optimized; optimizing again"
+                    warnings.warn(f"pathweave backend: {why}", BackendFallbackWarning, stacklevel=2)
+                    self.compiled.close()  # waits for the calls already started on it
+                    self._build(list(args))
+                compiled = self.compiled
+            try:
+                out = compiled(*data)
+            except ClosedError:
+                if compiled is self.compiled:
+                    raise
+                continue  # replaced by another thread's rebuild between lookup and call
+            return out if isinstance(out, (tuple, list)) else (out,)
 
 
 def _fallback(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], how: str, why: str) -> Callable:

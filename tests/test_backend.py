@@ -102,3 +102,31 @@ def test_refused_graph_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.warns(BackendFallbackWarning, match="UnsupportedError: no strategy takes node fft_rfft"):
         fn = pathweave_backend(gm, [x], {"fallback": "eager"})
     torch.testing.assert_close(fn(x), gm(x))
+
+
+def test_many_threads_at_once() -> None:
+    """Calls from many threads; a rebuild (weights changed) is not raced here: its capture patches torch
+    globally, which breaks dynamo's frame evaluation in the other threads (a torch limitation)."""
+    import threading
+
+    model, x = _model(), torch.randn(1, 3, 9, 9)
+    compiled = torch.compile(model, backend="pathweave", options={"strategy": "sequential"}, dynamic=False)
+    errors: list[BaseException] = []
+    with torch.no_grad():
+        compiled(x)
+        want = model(x)
+
+    def call() -> None:
+        try:
+            with torch.no_grad():
+                for _ in range(5):
+                    torch.testing.assert_close(compiled(x), want, rtol=1e-4, atol=1e-5)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=call) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []

@@ -7,6 +7,8 @@ import operator
 import torch
 import torch.fx
 
+from pathweave.errors import UnsupportedError
+
 #: fx-traced modules -> the ATen op name the export path would show
 _MODULE_OPS = {
     "Conv1d": "conv1d", "Conv2d": "conv2d", "Conv3d": "conv3d", "Linear": "linear",
@@ -139,3 +141,19 @@ def shared_mutation(node: torch.fx.Node, gm: torch.fx.GraphModule | None = None)
         if not private:
             return True
     return False
+
+
+def refuse_shared_mutation(gm: torch.fx.GraphModule, name: str, strategy: str) -> None:
+    """``UnsupportedError`` naming the first node that writes into a value others can see
+    (``shared_mutation``): strategies that order data edges only (lanes, tiles) could let a reader see
+    that value before or after the write."""
+    inplace = [n for n in gm.graph.nodes if shared_mutation(n, gm)]
+    if inplace:
+        first = inplace[0]
+        raise UnsupportedError(
+            f"{name}: {strategy} need a functional graph, but node {first.name} writes into its input "
+            f"({len(inplace)} in-place ops; {first.format_node()}); capture with torch.export or use "
+            "strategy='sequential'",
+            ops=sorted({str(n.target) for n in inplace}),
+            nodes=[n.name for n in inplace],
+        )

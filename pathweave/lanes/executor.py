@@ -23,8 +23,8 @@ import torch
 import torch.fx
 
 from pathweave.analysis.dag import dag_owners
-from pathweave.analysis.ops import shared_mutation
-from pathweave.errors import ExecutionError, PlanError, UnsupportedError
+from pathweave.analysis.ops import refuse_shared_mutation
+from pathweave.errors import ExecutionError, PlanError
 from pathweave.lanes.codegen import LaneSource, lane_source
 from pathweave.lanes.plan import LanePlan
 from pathweave.sequential import aliased_outputs, copy_aliased, intra_op_threads
@@ -83,13 +83,7 @@ def queues_fed_by(
 
 def refuse_inplace(gm: torch.fx.GraphModule, name: str = "graph") -> None:
     """Lanes order data edges only; a write into a value another lane reads could land at any time."""
-    inplace = [n for n in gm.graph.nodes if shared_mutation(n, gm)]
-    if inplace:
-        raise UnsupportedError(
-            f"{name}: lanes need a functional graph, but node {inplace[0].format_node()} writes into its "
-            f"input ({len(inplace)} in-place ops); capture with torch.export or use strategy='sequential'",
-            ops=sorted({str(n.target) for n in inplace}),
-        )
+    refuse_shared_mutation(gm, name, "lanes")
 
 
 class LanesExecutor:

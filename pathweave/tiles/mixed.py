@@ -27,7 +27,7 @@ import torch
 import torch.fx
 import torch.utils._pytree as pytree
 
-from pathweave.analysis.ops import shared_mutation
+from pathweave.analysis.ops import refuse_shared_mutation
 from pathweave.errors import ExecutionError, PathweaveError, UnsupportedError
 from pathweave.frontend.graph import Captured
 from pathweave.passes.pipeline import run_pipeline
@@ -63,25 +63,11 @@ def build_tiles(
     options = {"tiles_per_layer": tiles_per_layer, "work_per_tile": work_per_tile, "check": check,
                "tile_scale": tile_scale, "buffer_distance": buffer_distance, "linger_ms": linger_ms,
                "winograd_min_channels": winograd_min_channels}  # fmt: skip
-    refuse_shared_mutation(captured)
+    refuse_shared_mutation(captured.gm, captured.name, "tiles")  # islands ran such a graph wrongly
     try:
         return TilesStrategy(captured, threads=threads, **options)
     except (UnsupportedError, ExecutionError):  # the islands keep what checks out, the rest in ATen
         return IslandsStrategy(captured, threads, options, min_island_flops, aten_threads=aten_threads)
-
-
-def refuse_shared_mutation(captured: Captured) -> None:
-    """Tiles and islands order data edges only: a node writing into a value others read (an fx-traced
-    ``relu_``) could be seen before or after its write, so such graphs are refused, naming the node."""
-    inplace = [n for n in captured.gm.graph.nodes if shared_mutation(n, captured.gm)]
-    if inplace:
-        raise UnsupportedError(
-            f"{captured.name}: tiles need a functional graph, but node {inplace[0].name} "
-            f"({inplace[0].target}) writes into its input ({len(inplace)} in-place ops); capture with "
-            "torch.export or use strategy='sequential'",
-            ops=sorted({str(n.target) for n in inplace}),
-            nodes=[n.name for n in inplace],
-        )
 
 
 class TileIsland(torch.nn.Module):
