@@ -39,6 +39,8 @@ from pathweave.strategy import STRATEGIES, Strategy
 FORMAT, FORMAT_VERSION = "pathweave-plan", 1
 #: the manifest is small; anything larger is not ours
 MAX_MANIFEST = 1 << 20
+#: the most threads a loaded plan may ask for (a crafted manifest must not start thousands)
+MAX_THREADS = 256
 
 
 class StalePlanWarning(UserWarning):
@@ -195,6 +197,13 @@ def load(path: str | os.PathLike) -> Strategy:
     recipe = manifest["recipe"]
     if recipe.get("strategy") not in STRATEGIES or not isinstance(recipe.get("options"), dict):
         raise InputError(f"{path.name}: the manifest names no known strategy ({recipe.get('strategy')!r})")
+    auto_options = recipe.get("auto_options") or {}
+    if not isinstance(auto_options, dict) or not all(isinstance(v, dict) for v in auto_options.values()):
+        raise InputError(f"{path.name}: the manifest's auto options are not one dict per strategy")
+    for options in (recipe["options"], *auto_options.values()):
+        threads = options.get("threads")
+        if threads is not None and not (isinstance(threads, int) and 1 <= threads <= MAX_THREADS):
+            raise InputError(f"{path.name}: threads={threads!r}; plans take 1 to {MAX_THREADS} threads")
     inputs = tuple(
         _tensor(entries.get(f"inputs/{i}.bin", b""), spec["dtype"], spec["shape"], f"{path.name}: input {i}")
         for i, spec in enumerate(manifest["inputs"])
@@ -217,7 +226,7 @@ def load(path: str | os.PathLike) -> Strategy:
         warnings.warn(f"{path.name}: saved with {'; '.join(stale)}; re-planning (auto)", StalePlanWarning,
                       stacklevel=2)  # fmt: skip
         return build_auto(captured, "cpu" if context["device"] == "cpu" else "cuda", context,
-                          bool(recipe.get("stacks")), recipe.get("auto_options") or {})  # fmt: skip
+                          bool(recipe.get("stacks")), auto_options)  # fmt: skip
     if stale:
         warnings.warn(f"{path.name}: saved with {'; '.join(stale)}; re-planning {recipe['strategy']}",
                       StalePlanWarning, stacklevel=2)  # fmt: skip

@@ -122,6 +122,8 @@ def _manifest(plan: Path) -> dict:
         ("strategy", "no known strategy"),
         ("manifest_garbage", "not JSON"),
         ("input_shape", "do not fit"),
+        ("threads", "threads=100000"),
+        ("auto_threads", "threads=-1"),
     ],
 )
 def test_bad_files_get_a_pathweave_error(plan: Path, tmp_path: Path, case: str, match: str) -> None:
@@ -142,9 +144,12 @@ def test_bad_files_get_a_pathweave_error(plan: Path, tmp_path: Path, case: str, 
         _rewrite(plan, bad, {"manifest.json": b"{not json"})
     else:
         wrong_shape = [{"dtype": "int64", "shape": [5, 5]}, *m["inputs"][1:]]
+        bad_auto = {"tiles": {"threads": -1}}
         edits = {"format": {"format_version": 99}, "foreign": {"format": "other"},
                  "strategy": {"recipe": {"strategy": "os.system", "options": {}}},
-                 "input_shape": {"inputs": wrong_shape}}  # fmt: skip
+                 "input_shape": {"inputs": wrong_shape},
+                 "threads": {"recipe": {**m["recipe"], "options": {"threads": 100000}}},
+                 "auto_threads": {"recipe": {**m["recipe"], "auto_options": bad_auto}}}  # fmt: skip
         _rewrite(plan, bad, {"manifest.json": json.dumps({**m, **edits[case]}).encode()})
     with pytest.raises(InputError, match=match):
         pathweave.load(bad)
