@@ -1,5 +1,5 @@
 """``pathweave zoo | analyze MODEL | bench MODEL | optimize MODEL -o FILE | serve FILE | plan | codegen |
-timeline | tiles MODEL | table``."""
+timeline | tiles MODEL | simulate MODEL | table``."""
 
 from __future__ import annotations
 
@@ -71,6 +71,7 @@ def _parser() -> argparse.ArgumentParser:
     ti.add_argument("--json", type=Path, help="write the report as JSON here")
     ti.add_argument("--timeline", type=Path, help="draw one traced inference per worker count (.png, .svg)")
     ti.add_argument("--quiet", action="store_true", help="no progress bar")
+    _simulate_parser(sub, model_help)
     o = sub.add_parser("optimize", help="optimize a model and save the plan (pathweave.load reads it)")
     o.add_argument("model", nargs="?", default=DEFAULT_MODEL, help=model_help)
     o.add_argument("--batch", type=int, default=1)
@@ -80,6 +81,20 @@ def _parser() -> argparse.ArgumentParser:
     t = sub.add_parser("table", help="markdown results table from bench --json files")
     t.add_argument("files", nargs="+", type=Path)
     return p
+
+
+def _simulate_parser(sub: argparse._SubParsersAction, model_help: str) -> None:
+    s = sub.add_parser(
+        "simulate", help="the tile runtime and a barrier schedule on 1..N cores, by simulation"
+    )
+    s.add_argument("model", nargs="?", default=DEFAULT_MODEL, help=model_help)
+    s.add_argument("--batch", type=int, default=1)
+    s.add_argument("--cores", default="1,2,4,8,16,32,64", help="comma-separated core counts (1, 2 added)")
+    s.add_argument("--rounds", type=int, default=20, help="interleaved rounds of the measured 1 and 2 cores")
+    s.add_argument("--runs", type=int, default=20, help="traced inferences the costs are taken from")
+    s.add_argument("--plot", type=Path, help="draw the curves (.png or .svg)")
+    s.add_argument("--json", type=Path, help="write the report as JSON here")
+    s.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
 def _serve_parser(sub: argparse._SubParsersAction, model_help: str) -> None:
@@ -282,6 +297,42 @@ def _tiles(args: argparse.Namespace) -> int:
     return 0
 
 
+def _simulate(args: argparse.Namespace) -> int:
+    from pathweave.frontend.capture import capture
+    from pathweave.report.plot import plot_scaling
+    from pathweave.tiles.mixed import build_tiles
+    from pathweave.tiles.simulate import format_simulation, parse_cores, simulation_report
+    from pathweave.tiles.strategy import TilesStrategy
+    from pathweave.zoo.load import load_model
+
+    cores = parse_cores(args.cores)
+    if args.rounds < 1 or args.runs < 1:
+        raise InputError(f"--rounds and --runs must be >= 1, got {args.rounds} and {args.runs}")
+    if args.plot:  # checked before the long work
+        if args.plot.suffix.lower() not in (".png", ".svg"):
+            raise InputError(f"--plot writes .png or .svg, not {args.plot.suffix or 'no suffix'}")
+        require("matplotlib", "plot")
+    loaded = load_model(args.model, batch=args.batch)
+    strategy = build_tiles(capture(loaded.model, *loaded.inputs, name=loaded.name), threads=2)
+    try:
+        if not isinstance(strategy, TilesStrategy):
+            raise InputError(
+                f"{loaded.name}: tile islands ({strategy.summary()}); the simulation replays one whole "
+                "tile program, and this model has ATen segments between islands"
+            )
+        d = simulation_report(strategy, cores, args.rounds, args.runs, not args.quiet)
+    finally:
+        strategy.close()
+    print(format_simulation(d))
+    if args.json:
+        args.json.write_text(json.dumps(d, indent=2))
+    if args.plot:
+        title = f"{d['model']}, batch {d['batch']}: {d['tiles']} tiles, simulated from measured costs"
+        plot_scaling(d["rows"], args.plot, title)
+        print(f"wrote {args.plot}")
+    return 0
+
+
 def _tiles_timeline(strategy: TilesStrategy, workers: list[int], path: Path) -> None:
     from pathweave.report.timeline import plot_timelines, summary
     from pathweave.tiles.profile import trace_tiles
@@ -327,6 +378,8 @@ def main(argv: list[str] | None = None) -> int:
             return _timeline(args)
         if args.command == "tiles":
             return _tiles(args)
+        if args.command == "simulate":
+            return _simulate(args)
         if args.command == "optimize":
             return _optimize(args)
         if args.command == "serve":

@@ -69,3 +69,36 @@ def plot_dag(captured: Captured, analysis: Analysis, path: Path) -> Path:
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+def plot_scaling(rows: list[dict], path: Path, title: str) -> Path:
+    """Time per inference over core counts (log-log), as ``tiles.simulate.simulate_rows`` gives them: the
+    runtime's policy and the barrier schedule simulated, the two bounds, and the measured points."""
+    if path.suffix.lower() not in (".png", ".svg"):
+        raise InputError(f"--plot writes .png or .svg, not {path.suffix or 'no suffix'}")
+    require("matplotlib", "plot")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cores = [r["cores"] for r in rows]
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    ax.plot(cores, [r["runtime_ms"] for r in rows], "o-", label="tile runtime (simulated)")
+    ax.plot(cores, [r["barrier_ms"] for r in rows], "s-", label="layer by layer, barriers (simulated)")
+    bound = [max(r["critical_path_ms"], r["work_bound_ms"]) for r in rows]
+    ax.plot(cores, bound, "k--", lw=1, label="max(critical path, work / P)")
+    seen = [r for r in rows if "measured_ms" in r]
+    ax.plot([r["cores"] for r in seen], [r["measured_ms"] for r in seen], "r*", ms=11, label="measured")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(cores, [str(c) for c in cores])
+    ax.set_xlabel("cores")
+    ax.set_ylabel("ms per inference")
+    ax.set_title(title, fontsize=9)
+    ax.grid(True, which="both", lw=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+    return path

@@ -7,6 +7,7 @@ it is on.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -67,3 +68,34 @@ def trace_tiles(
          for (s, e), w, layer in zip(times, workers, layer_of, strict=True)),
         key=lambda sp: sp.start_us,
     )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class TracedRun:
+    """One traced inference: each tile's kernel start and end (int64 [tiles, 2]) and worker, and the
+    monotonic clock (the trace's) just before ``run`` was called and just after it returned (ns)."""
+
+    times: np.ndarray
+    workers: np.ndarray
+    called_ns: int
+    returned_ns: int
+
+
+def traced_runs(runtime: TileRuntime, run: Callable[[], None], runs: int, warmup: int = 3) -> list[TracedRun]:
+    """``runs`` inferences (``run``, after ``warmup`` untraced ones), each traced tile by tile."""
+    if runs < 1:
+        raise InputError(f"runs must be >= 1, not {runs}")
+    for _ in range(warmup):
+        run()
+    found = []
+    with runtime.tracing() as times:
+        for _ in range(runs):
+            times[:] = 0
+            called = time.monotonic_ns()  # CLOCK_MONOTONIC, as the trace
+            run()
+            returned = time.monotonic_ns()
+            workers = runtime.ran_on()
+            if (times[:, 1] == 0).any() or (workers < 0).any():
+                raise ExecutionError("a traced inference did not run every tile of the graph")
+            found.append(TracedRun(times.copy(), workers, called, returned))
+    return found
