@@ -73,7 +73,8 @@ def plot_dag(captured: Captured, analysis: Analysis, path: Path) -> Path:
 
 def plot_scaling(rows: list[dict], path: Path, title: str) -> Path:
     """Time per inference over core counts (log-log), as ``tiles.simulate.simulate_rows`` gives them: the
-    runtime's policy and the barrier schedule simulated, the two bounds, and the measured points."""
+    runtime's policy (with the measured slow-down, and without) and the barrier schedule simulated, the
+    two bounds, and the measured points."""
     if path.suffix.lower() not in (".png", ".svg"):
         raise InputError(f"--plot writes .png or .svg, not {path.suffix or 'no suffix'}")
     require("matplotlib", "plot")
@@ -84,8 +85,11 @@ def plot_scaling(rows: list[dict], path: Path, title: str) -> Path:
 
     cores = [r["cores"] for r in rows]
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    ax.plot(cores, [r["runtime_ms"] for r in rows], "o-", label="tile runtime (simulated)")
-    ax.plot(cores, [r["barrier_ms"] for r in rows], "s-", label="layer by layer, barriers (simulated)")
+    ax.plot(cores, [r["runtime_ms"] for r in rows], "o-", color="C0", label="tile runtime (simulated)")
+    ax.plot(
+        cores, [r["no_contention_ms"] for r in rows], "o:", color="C0", label="tile runtime, no contention"
+    )
+    ax.plot(cores, [r["barrier_ms"] for r in rows], "s-", color="C1", label="layer by layer, barriers")
     bound = [max(r["critical_path_ms"], r["work_bound_ms"]) for r in rows]
     ax.plot(cores, bound, "k--", lw=1, label="max(critical path, work / P)")
     seen = [r for r in rows if "measured_ms" in r]

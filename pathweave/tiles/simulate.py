@@ -14,13 +14,16 @@ from the C source, so it follows the runtime when its costs change:
 - ``overhead_ns``: a worker's time between the end of one task and the start of its next (counting
   down children, pushing, popping, the trace's clock reads), from the same traces;
 - ``wake_ns``: how long a waiting worker takes to start a task that became ready (or the inference's
-  first task on workers 1..), from traced 2-worker inferences;
-- ``fixed_ns``: per inference, outside the tiles (inputs copied in, outputs out, the call itself).
-Assumptions: a task costs the same on any worker, with any number of workers busy: no memory-bandwidth
-or shared-cache contention, no lost cores (other processes), no lock contention growing with the
-worker count. The barrier schedule deals each layer's tiles to the first free worker (a dynamic
-parallel-for) and pays ``wake_ns`` per barrier. The bounds use kernel time alone: no schedule of these
-tasks on P workers beats max(critical path, work / P).
+  first task on workers 1..), median over traced 2-worker inferences;
+- ``fixed_ns``: per inference, outside the tiles (inputs copied in, outputs out, the call itself);
+- the slow-down: the kernels' summed time in traced 2-worker inferences over their 1-worker time (a
+  tile whose inputs another core wrote, shared cache and memory, cores lost to other processes).
+Assumptions: on P >= 2 workers every kernel takes its 1-worker time times the slow-down measured on 2
+(the rows also give the time without it: no contention at all); it does not grow with P, which is
+optimistic where memory bandwidth runs out; one wake-up latency for every wait; no lock contention
+growing with the worker count. The barrier schedule deals each layer's tiles to the first free worker
+(a dynamic parallel-for) and pays ``wake_ns`` per barrier. The bounds are those of the same task costs
+without any scheduling cost: no schedule on P workers beats max(critical path, work / P).
 """
 
 from __future__ import annotations
@@ -101,6 +104,10 @@ class TaskCosts:
     overhead_ns: float = 0.0
     wake_ns: float = 0.0
     fixed_ns: float = 0.0
+
+    def slowed(self, factor: float) -> TaskCosts:
+        """The same costs with every kernel ``factor`` times as long (contention on more workers)."""
+        return TaskCosts(self.kernel_ns * factor, self.overhead_ns, self.wake_ns, self.fixed_ns)
 
 
 @dataclass(frozen=True)
@@ -279,22 +286,35 @@ def _waits(graph: TaskGraph, run: TracedRun, overhead_ns: float) -> np.ndarray:
     return (start - ready)[waited]
 
 
-def work_factor(one: TaskCosts, traced: list[TracedRun]) -> float:
-    """The kernels' summed time in ``traced`` inferences over that of ``one`` (median): how much slower
-    the same tasks ran there, e.g. on 2 workers sharing caches and memory (reported, not simulated)."""
+def slowdown(one: TaskCosts, traced: list[TracedRun]) -> float:
+    """The kernels' summed time in ``traced`` inferences over that of ``one`` (median over the runs): how
+    much slower the same tasks ran there, e.g. on 2 workers (1.0 without runs)."""
     total = float(one.kernel_ns.sum())
     if not traced or total <= 0:
         return 1.0
     return float(np.median([float((r.times[:, 1] - r.times[:, 0]).sum()) / total for r in traced]))
 
 
+def replay_error(graph: TaskGraph, costs: TaskCosts, traced: list[TracedRun]) -> float:
+    """Median % by which the policy, replayed with each traced run's own kernel times (and the model's
+    overhead and wake-up), misses that run's first-to-last-tile span: the scheduling model's own error,
+    apart from what the kernels cost."""
+    errors = []
+    for r in traced:
+        own = TaskCosts((r.times[:, 1] - r.times[:, 0]).astype(np.float64), costs.overhead_ns, costs.wake_ns)
+        span = float(r.times[:, 1].max() - r.times[:, 0].min())
+        workers = int(r.workers.max()) + 1
+        errors.append(100 * (simulate_runtime(graph, own, workers).makespan_ns - span) / max(span, 1.0))
+    return float(np.median(errors)) if errors else 0.0
+
+
 # ---- the report ---------------------------------------------------------------------------------------
 
 ASSUMPTIONS = (
-    "a task costs its 1-worker time on any worker at any worker count: no memory-bandwidth, shared-cache "
-    "or lock contention, no cores lost to other processes; per task a measured scheduling overhead, per "
-    "wait a measured wake-up latency; the barrier schedule deals each layer's tiles to the first free "
-    "worker and pays one wake-up per layer; bounds are kernel time alone"
+    "task costs measured on 1 worker; on P >= 2 each kernel takes that times the slow-down measured on 2 "
+    "workers (not growing with P: optimistic where memory bandwidth runs out; 'no contention' drops it); "
+    "a measured overhead per task and wake-up latency per wait; the barrier schedule deals each layer's "
+    "tiles to the first free worker and pays one wake-up per layer; bounds: the same costs, no scheduling"
 )
 
 
@@ -309,9 +329,17 @@ def parse_cores(text: str) -> list[int]:
     return counts
 
 
-def calibrate(strategy: TilesStrategy, runs: int) -> tuple[TaskGraph, TaskCosts, float]:
-    """The strategy's task graph and costs from ``runs`` traced inferences on 1 worker and on 2, and the
-    2-worker kernels' slow-down (``work_factor``). Leaves the strategy on its own worker count."""
+@dataclass(frozen=True)
+class Calibration:
+    graph: TaskGraph
+    costs: TaskCosts  # on 1 worker
+    slowdown: float  # the kernels on 2 workers over 1 (``slowdown``)
+    replay_error_pct: float  # ``replay_error`` of the traced 2-worker runs
+
+
+def calibrate(strategy: TilesStrategy, runs: int) -> Calibration:
+    """The strategy's task graph and costs from ``runs`` traced inferences on 1 worker and on 2. Leaves
+    the strategy on its own worker count."""
     graph = TaskGraph.from_tile_graph(strategy.graph)
     inputs = list(strategy.captured.example_inputs)
     threads = strategy.threads
@@ -323,23 +351,24 @@ def calibrate(strategy: TilesStrategy, runs: int) -> tuple[TaskGraph, TaskCosts,
     finally:
         strategy.set_workers(threads)
     costs = costs_from_traces(graph, traces[1], traces[2])
-    return graph, costs, work_factor(costs, traces[2])
+    return Calibration(graph, costs, slowdown(costs, traces[2]), replay_error(graph, costs, traces[2]))
 
 
-def simulate_rows(
-    graph: TaskGraph, costs: TaskCosts, cores: list[int], measured: dict[int, float]
-) -> list[dict[str, Any]]:
-    """Per core count: both schedules' and both bounds' ms (the fixed cost added to each), the runtime's
-    steals, and where measured (ms by core count) the measured time and the runtime model's error."""
-    ms = lambda ns: (ns + costs.fixed_ns) / 1e6  # noqa: E731
-    path, work = critical_path_ns(graph, costs), work_ns(costs)
+def simulate_rows(cal: Calibration, cores: list[int], measured: dict[int, float]) -> list[dict[str, Any]]:
+    """Per core count: both schedules, both bounds and the runtime without the slow-down (ms, the fixed
+    cost added to each), the runtime's steals, and where measured (ms by core count) the measured time
+    and the runtime model's error."""
+    ms = lambda ns: (ns + cal.costs.fixed_ns) / 1e6  # noqa: E731
     rows = []
     for p in cores:
-        schedule = simulate_runtime(graph, costs, p)
+        costs = cal.costs if p == 1 else cal.costs.slowed(cal.slowdown)
+        schedule = simulate_runtime(cal.graph, costs, p)
         row: dict[str, Any] = {
             "cores": p, "runtime_ms": ms(schedule.makespan_ns),
-            "barrier_ms": ms(simulate_barrier(graph, costs, p)), "critical_path_ms": ms(path),
-            "work_bound_ms": ms(work / p), "steals": schedule.steals,
+            "no_contention_ms": ms(simulate_runtime(cal.graph, cal.costs, p).makespan_ns),
+            "barrier_ms": ms(simulate_barrier(cal.graph, costs, p)),
+            "critical_path_ms": ms(critical_path_ns(cal.graph, costs)),
+            "work_bound_ms": ms(work_ns(costs) / p), "steals": schedule.steals,
         }  # fmt: skip
         if p in measured:
             row["measured_ms"] = measured[p]
@@ -356,25 +385,21 @@ def simulation_report(
     load_before = loadavg()
     progress = Progress(f"simulate {strategy.captured.name}", rounds, enabled=show_progress)
     scaling = measure_scaling(strategy, [1, 2], rounds, progress=progress)
-    measured = {s.workers: s.median_ms for s in scaling}
-    graph, costs, factor = calibrate(strategy, runs)
+    cal = calibrate(strategy, runs)
     inputs = strategy.captured.example_inputs
+    costs = {"work_ms": work_ns(cal.costs) / 1e6, "overhead_ns": cal.costs.overhead_ns,
+             "wake_ns": cal.costs.wake_ns, "fixed_ms": cal.costs.fixed_ns / 1e6, "slowdown_2": cal.slowdown,
+             "replay_error_pct": cal.replay_error_pct}  # fmt: skip
     return {
         "model": strategy.captured.name,
         "batch": int(inputs[0].shape[0]) if inputs and inputs[0].dim() else 1,
         "rounds": rounds,
         "traced_runs": runs,
-        "tiles": graph.num_tasks,
-        "edges": len(graph.children_indices),
-        "layers": len(graph.layer_start) - 1,
-        "costs": {
-            "work_ms": work_ns(costs) / 1e6,
-            "overhead_ns": costs.overhead_ns,
-            "wake_ns": costs.wake_ns,
-            "fixed_ms": costs.fixed_ns / 1e6,
-            "kernels_on_2_workers": factor,
-        },  # fmt: skip
-        "rows": simulate_rows(graph, costs, cores, measured),
+        "tiles": cal.graph.num_tasks,
+        "edges": len(cal.graph.children_indices),
+        "layers": len(cal.graph.layer_start) - 1,
+        "costs": costs,
+        "rows": simulate_rows(cal, cores, {s.workers: s.median_ms for s in scaling}),
         "assumptions": ASSUMPTIONS,
         "machine": describe(),
         "loadavg_before": load_before,
@@ -390,15 +415,16 @@ def format_simulation(d: dict[str, Any]) -> str:
         f"{d['model']}  batch {d['batch']}: {d['layers']} layers, {d['tiles']} tiles, {d['edges']} edges\n"
         f"{m['cpu']} ({m.get('isa', '?')}), {m['cores']} cores, {d['rounds']} rounds, {d['traced_runs']} "
         f"traced runs, load {d['loadavg_before']} -> {d['loadavg_after']}, {d['date']}\n"
-        f"measured: kernels {c['work_ms']:.2f} ms, overhead {c['overhead_ns']:.0f} ns per task, wake-up "
-        f"{c['wake_ns']:.0f} ns, fixed {c['fixed_ms']:.3f} ms per inference; on 2 workers the kernels took "
-        f"{c['kernels_on_2_workers']:.2f}x their 1-worker time (not simulated)"
+        f"measured: kernels {c['work_ms']:.2f} ms on 1 worker, {c['slowdown_2']:.2f}x that on 2; overhead "
+        f"{c['overhead_ns']:.0f} ns per task, wake-up {c['wake_ns'] / 1e3:.1f} us, fixed "
+        f"{c['fixed_ms']:.3f} ms per inference; the traced 2-worker runs replayed with their own kernel "
+        f"times: {c['replay_error_pct']:+.1f}%"
     )
-    header = ["cores", "runtime ms", "barrier ms", "critical path ms", "work/P ms", "steals", "measured ms",
-              "error"]  # fmt: skip
+    header = ["cores", "runtime ms", "no contention", "barrier ms", "critical path", "work/P", "steals",
+              "measured ms", "error"]  # fmt: skip
     rows = [
-        [str(r["cores"]), f"{r['runtime_ms']:.2f}", f"{r['barrier_ms']:.2f}", f"{r['critical_path_ms']:.2f}",
-         f"{r['work_bound_ms']:.2f}", str(r["steals"]),
+        [str(r["cores"]), f"{r['runtime_ms']:.2f}", f"{r['no_contention_ms']:.2f}", f"{r['barrier_ms']:.2f}",
+         f"{r['critical_path_ms']:.2f}", f"{r['work_bound_ms']:.2f}", str(r["steals"]),
          f"{r['measured_ms']:.2f}" if "measured_ms" in r else "-",
          f"{r['error_pct']:+.1f}%" if "error_pct" in r else "-"]
         for r in d["rows"]

@@ -23,9 +23,11 @@ from pathweave.tiles.simulate import (
     critical_path_ns,
     format_simulation,
     parse_cores,
+    replay_error,
     simulate_barrier,
     simulate_runtime,
     simulation_report,
+    slowdown,
     work_ns,
 )
 from pathweave.tiles.strategy import TilesStrategy
@@ -130,6 +132,12 @@ def test_costs_read_back_from_traces() -> None:
     np.testing.assert_array_equal(costs.kernel_ns, [10, 20, 30, 40])
     assert costs.overhead_ns == 5.0 and costs.fixed_ns == 10.0 and costs.wake_ns == 4.0
     assert costs_from_traces(diamond, [one], []).wake_ns == 0.0
+    # the 2-worker run is what the policy does with these costs: worker 1 steals tile 2 a wake-up after
+    # tile 0 ends, keeps tile 3; the kernels took as long as on 1 worker
+    assert replay_error(diamond, costs, [two]) == 0.0 and slowdown(costs, [two]) == 1.0
+    doubled = np.stack([two.times[:, 0], 2 * two.times[:, 1] - two.times[:, 0]], axis=1)
+    slower = TracedRun(doubled, two.workers, 0, 0)  # every kernel twice as long
+    assert slowdown(costs, [slower]) == 2.0 and slowdown(costs, []) == 1.0
     with pytest.raises(InputError):
         costs_from_traces(diamond, [], [two])
 
@@ -176,6 +184,7 @@ def test_a_model_end_to_end(strategy: TilesStrategy, tmp_path: Path) -> None:
     for r in d["rows"]:
         floor = max(r["critical_path_ms"], r["work_bound_ms"])
         assert r["runtime_ms"] >= floor and r["barrier_ms"] >= floor
+        assert r["no_contention_ms"] <= r["runtime_ms"] or d["costs"]["slowdown_2"] < 1
         assert ("measured_ms" in r) == (r["cores"] <= 2)
     assert d["costs"]["work_ms"] > 0 and d["costs"]["overhead_ns"] >= 0
     text = format_simulation(d)
