@@ -92,6 +92,7 @@ def _simulate_parser(sub: argparse._SubParsersAction, model_help: str) -> None:
     s.add_argument("--cores", default="1,2,4,8,16,32,64", help="comma-separated core counts (1, 2 added)")
     s.add_argument("--rounds", type=int, default=20, help="interleaved rounds of the measured 1 and 2 cores")
     s.add_argument("--runs", type=int, default=20, help="traced inferences the costs are taken from")
+    s.add_argument("--barrier-us", type=float, help="a barrier's cost (default: the measured wake-up)")
     s.add_argument("--plot", type=Path, help="draw the curves (.png or .svg)")
     s.add_argument("--json", type=Path, help="write the report as JSON here")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -306,8 +307,11 @@ def _simulate(args: argparse.Namespace) -> int:
     from pathweave.zoo.load import load_model
 
     cores = parse_cores(args.cores)
-    if args.rounds < 1 or args.runs < 1:
-        raise InputError(f"--rounds and --runs must be >= 1, got {args.rounds} and {args.runs}")
+    if args.rounds < 1 or args.runs < 1 or not (args.barrier_us is None or args.barrier_us >= 0):
+        raise InputError(
+            f"--rounds and --runs must be >= 1 and --barrier-us >= 0, got {args.rounds}, {args.runs} and "
+            f"{args.barrier_us}"
+        )
     if args.plot:  # checked before the long work
         if args.plot.suffix.lower() not in (".png", ".svg"):
             raise InputError(f"--plot writes .png or .svg, not {args.plot.suffix or 'no suffix'}")
@@ -320,7 +324,8 @@ def _simulate(args: argparse.Namespace) -> int:
                 f"{loaded.name}: tile islands ({strategy.summary()}); the simulation replays one whole "
                 "tile program, and this model has ATen segments between islands"
             )
-        d = simulation_report(strategy, cores, args.rounds, args.runs, not args.quiet)
+        barrier_ns = None if args.barrier_us is None else args.barrier_us * 1e3
+        d = simulation_report(strategy, cores, args.rounds, args.runs, barrier_ns, not args.quiet)
     finally:
         strategy.close()
     print(format_simulation(d))

@@ -72,9 +72,9 @@ def plot_dag(captured: Captured, analysis: Analysis, path: Path) -> Path:
 
 
 def plot_scaling(rows: list[dict], path: Path, title: str) -> Path:
-    """Time per inference over core counts (log-log), as ``tiles.simulate.simulate_rows`` gives them: the
-    runtime's policy (with the measured slow-down, and without) and the barrier schedule simulated, the
-    two bounds, and the measured points."""
+    """Time per inference over core counts (cores on a log2 axis), as ``tiles.simulate.simulate_rows``
+    gives them: the runtime's policy (with the measured slow-down, and without) and the barrier schedule
+    simulated, the two bounds, and the measured points."""
     if path.suffix.lower() not in (".png", ".svg"):
         raise InputError(f"--plot writes .png or .svg, not {path.suffix or 'no suffix'}")
     require("matplotlib", "plot")
@@ -95,7 +95,7 @@ def plot_scaling(rows: list[dict], path: Path, title: str) -> Path:
     seen = [r for r in rows if "measured_ms" in r]
     ax.plot([r["cores"] for r in seen], [r["measured_ms"] for r in seen], "r*", ms=11, label="measured")
     ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
+    ax.set_ylim(bottom=0)
     ax.set_xticks(cores, [str(c) for c in cores])
     ax.set_xlabel("cores")
     ax.set_ylabel("ms per inference")

@@ -215,11 +215,16 @@ def simulate_runtime(graph: TaskGraph, costs: TaskCosts, workers: int) -> Schedu
     return schedule
 
 
-def simulate_barrier(graph: TaskGraph, costs: TaskCosts, workers: int) -> float:
+def simulate_barrier(
+    graph: TaskGraph, costs: TaskCosts, workers: int, barrier_ns: float | None = None
+) -> float:
     """ns of one inference run layer by layer: each layer's tasks in order to the first free worker,
-    then a barrier (``wake_ns`` on more than one worker); the fixed cost excluded."""
+    then a barrier of ``barrier_ns`` on more than one worker (None: ``wake_ns``, the time this runtime's
+    waiting workers take to start); the fixed cost excluded."""
     _check(graph, costs, workers)
-    wait = costs.wake_ns if workers > 1 else 0.0
+    if barrier_ns is not None and not barrier_ns >= 0:
+        raise InputError(f"barrier_ns must be >= 0, not {barrier_ns!r}")
+    wait = (costs.wake_ns if barrier_ns is None else barrier_ns) if workers > 1 else 0.0
     t = 0.0
     starts = graph.layer_start
     for layer in range(len(starts) - 1):
@@ -235,13 +240,33 @@ def simulate_barrier(graph: TaskGraph, costs: TaskCosts, workers: int) -> float:
 
 def critical_path_ns(graph: TaskGraph, costs: TaskCosts) -> float:
     """The costliest chain of kernels: no schedule on any number of workers is shorter."""
+    return float(_finish_times(graph, costs)[0].max(initial=0.0))
+
+
+def critical_tasks(graph: TaskGraph, costs: TaskCosts) -> list[int]:
+    """The tasks of the costliest chain, first to last (where scaling stops: make them cheaper or cut
+    them into more tiles)."""
+    finish, best_parent = _finish_times(graph, costs)
+    if not len(finish):
+        return []
+    chain = [int(np.argmax(finish))]
+    while best_parent[chain[-1]] >= 0:
+        chain.append(int(best_parent[chain[-1]]))
+    return chain[::-1]
+
+
+def _finish_times(graph: TaskGraph, costs: TaskCosts) -> tuple[np.ndarray, np.ndarray]:
+    """Each task's end on unlimited workers with no scheduling cost, and its parent that ends last."""
     finish = costs.kernel_ns.astype(np.float64).copy()
     ready = np.zeros(graph.num_tasks)
+    best_parent = np.full(graph.num_tasks, -1, dtype=np.int64)
     for task in range(graph.num_tasks):
         finish[task] += ready[task]
         kids = graph.children(task)
-        ready[kids] = np.maximum(ready[kids], finish[task])
-    return float(finish.max(initial=0.0))
+        later = finish[task] > ready[kids]
+        ready[kids[later]] = finish[task]
+        best_parent[kids[later]] = task
+    return finish, best_parent
 
 
 def work_ns(costs: TaskCosts) -> float:
@@ -314,7 +339,8 @@ ASSUMPTIONS = (
     "task costs measured on 1 worker; on P >= 2 each kernel takes that times the slow-down measured on 2 "
     "workers (not growing with P: optimistic where memory bandwidth runs out; 'no contention' drops it); "
     "a measured overhead per task and wake-up latency per wait; the barrier schedule deals each layer's "
-    "tiles to the first free worker and pays one wake-up per layer; bounds: the same costs, no scheduling"
+    "tiles to the first free worker and pays one barrier per layer (default: a wake-up); bounds: the same "
+    "costs, no scheduling"
 )
 
 
@@ -354,10 +380,12 @@ def calibrate(strategy: TilesStrategy, runs: int) -> Calibration:
     return Calibration(graph, costs, slowdown(costs, traces[2]), replay_error(graph, costs, traces[2]))
 
 
-def simulate_rows(cal: Calibration, cores: list[int], measured: dict[int, float]) -> list[dict[str, Any]]:
-    """Per core count: both schedules, both bounds and the runtime without the slow-down (ms, the fixed
-    cost added to each), the runtime's steals, and where measured (ms by core count) the measured time
-    and the runtime model's error."""
+def simulate_rows(
+    cal: Calibration, cores: list[int], measured: dict[int, float], barrier_ns: float | None = None
+) -> list[dict[str, Any]]:
+    """Per core count: both schedules (``barrier_ns`` as in ``simulate_barrier``), both bounds and the
+    runtime without the slow-down (ms, the fixed cost added to each), the runtime's steals, and where
+    measured (ms by core count) the measured time and the runtime model's error."""
     ms = lambda ns: (ns + cal.costs.fixed_ns) / 1e6  # noqa: E731
     rows = []
     for p in cores:
@@ -366,7 +394,7 @@ def simulate_rows(cal: Calibration, cores: list[int], measured: dict[int, float]
         row: dict[str, Any] = {
             "cores": p, "runtime_ms": ms(schedule.makespan_ns),
             "no_contention_ms": ms(simulate_runtime(cal.graph, cal.costs, p).makespan_ns),
-            "barrier_ms": ms(simulate_barrier(cal.graph, costs, p)),
+            "barrier_ms": ms(simulate_barrier(cal.graph, costs, p, barrier_ns)),
             "critical_path_ms": ms(critical_path_ns(cal.graph, costs)),
             "work_bound_ms": ms(work_ns(costs) / p), "steals": schedule.steals,
         }  # fmt: skip
@@ -378,7 +406,12 @@ def simulate_rows(cal: Calibration, cores: list[int], measured: dict[int, float]
 
 
 def simulation_report(
-    strategy: TilesStrategy, cores: list[int], rounds: int, runs: int, show_progress: bool = True
+    strategy: TilesStrategy,
+    cores: list[int],
+    rounds: int,
+    runs: int,
+    barrier_ns: float | None = None,
+    show_progress: bool = True,
 ) -> dict[str, Any]:
     """Measured 1- and 2-core times (``pathweave tiles``' interleaved medians), the costs calibrated on
     traced runs, and the simulated rows, as one JSON-ready dict (``format_simulation`` prints it)."""
@@ -387,9 +420,15 @@ def simulation_report(
     scaling = measure_scaling(strategy, [1, 2], rounds, progress=progress)
     cal = calibrate(strategy, runs)
     inputs = strategy.captured.example_inputs
+    path = critical_tasks(cal.graph, cal.costs)
+    on_path: dict[str, float] = {}
+    for task in path:
+        name = str(strategy.graph.layer_names[strategy.graph.tile_layer[task]])
+        on_path[name] = on_path.get(name, 0.0) + float(cal.costs.kernel_ns[task]) / 1e6
     costs = {"work_ms": work_ns(cal.costs) / 1e6, "overhead_ns": cal.costs.overhead_ns,
              "wake_ns": cal.costs.wake_ns, "fixed_ms": cal.costs.fixed_ns / 1e6, "slowdown_2": cal.slowdown,
-             "replay_error_pct": cal.replay_error_pct}  # fmt: skip
+             "replay_error_pct": cal.replay_error_pct,
+             "barrier_ns": cal.costs.wake_ns if barrier_ns is None else barrier_ns}  # fmt: skip
     return {
         "model": strategy.captured.name,
         "batch": int(inputs[0].shape[0]) if inputs and inputs[0].dim() else 1,
@@ -399,7 +438,12 @@ def simulation_report(
         "edges": len(cal.graph.children_indices),
         "layers": len(cal.graph.layer_start) - 1,
         "costs": costs,
-        "rows": simulate_rows(cal, cores, {s.workers: s.median_ms for s in scaling}),
+        "critical_path": {
+            "tiles": len(path),
+            "layers": len(on_path),
+            "costliest_ms": dict(sorted(on_path.items(), key=lambda kv: -kv[1])[:8]),
+        },  # fmt: skip
+        "rows": simulate_rows(cal, cores, {s.workers: s.median_ms for s in scaling}, barrier_ns),
         "assumptions": ASSUMPTIONS,
         "machine": describe(),
         "loadavg_before": load_before,
@@ -417,8 +461,8 @@ def format_simulation(d: dict[str, Any]) -> str:
         f"traced runs, load {d['loadavg_before']} -> {d['loadavg_after']}, {d['date']}\n"
         f"measured: kernels {c['work_ms']:.2f} ms on 1 worker, {c['slowdown_2']:.2f}x that on 2; overhead "
         f"{c['overhead_ns']:.0f} ns per task, wake-up {c['wake_ns'] / 1e3:.1f} us, fixed "
-        f"{c['fixed_ms']:.3f} ms per inference; the traced 2-worker runs replayed with their own kernel "
-        f"times: {c['replay_error_pct']:+.1f}%"
+        f"{c['fixed_ms']:.3f} ms per inference; a barrier {c['barrier_ns'] / 1e3:.1f} us; the traced "
+        f"2-worker runs replayed with their own kernel times: {c['replay_error_pct']:+.1f}%"
     )
     header = ["cores", "runtime ms", "no contention", "barrier ms", "critical path", "work/P", "steals",
               "measured ms", "error"]  # fmt: skip
@@ -429,4 +473,9 @@ def format_simulation(d: dict[str, Any]) -> str:
          f"{r['error_pct']:+.1f}%" if "error_pct" in r else "-"]
         for r in d["rows"]
     ]  # fmt: skip
-    return f"{head}\n\n{table(header, rows)}\n\nassumptions: {d['assumptions']}"
+    cp = d["critical_path"]
+    costliest = ", ".join(f"{name} {ms:.2f}" for name, ms in cp["costliest_ms"].items())
+    path = (
+        f"critical path on 1 worker: {cp['tiles']} tiles of {cp['layers']} layers; costliest ms: {costliest}"
+    )
+    return f"{head}\n\n{table(header, rows)}\n\n{path}\nassumptions: {d['assumptions']}"

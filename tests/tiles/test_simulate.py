@@ -21,6 +21,7 @@ from pathweave.tiles.simulate import (
     TaskGraph,
     costs_from_traces,
     critical_path_ns,
+    critical_tasks,
     format_simulation,
     parse_cores,
     replay_error,
@@ -46,7 +47,7 @@ def test_a_chain_stays_on_one_worker() -> None:
         assert schedule.steals == 0
     assert simulate_barrier(chain, costs, 1) == 7.0
     assert simulate_barrier(chain, costs, 2) == 6 + 2 * (0.5 + 10)  # a barrier after each of 2 layers
-    assert critical_path_ns(chain, costs) == 6.0
+    assert critical_path_ns(chain, costs) == 6.0 and critical_tasks(chain, costs) == [0, 1, 2]
 
 
 def test_a_fan_out_is_stolen_deepest_first() -> None:
@@ -73,7 +74,7 @@ def test_a_diamond_pays_a_wake_up_on_its_critical_path() -> None:
     # worker 0: 0 (0 - 1), keeps 1 (1 - 3); worker 1, waiting since 0.5, steals 2 at 1.5 (4.5) and keeps 3
     schedule = simulate_runtime(diamond, costs, 2)
     assert schedule.makespan_ns == 5.5 and schedule.worker.tolist() == [0, 0, 1, 1]
-    assert critical_path_ns(diamond, costs) == 5.0
+    assert critical_path_ns(diamond, costs) == 5.0 and critical_tasks(diamond, costs) == [0, 2, 3]
     assert simulate_runtime(diamond, costs, 1).makespan_ns == 7.0
     assert simulate_barrier(diamond, costs, 2) == 1 + 0.5 + 3 + 0.5 + 1
 
@@ -187,6 +188,10 @@ def test_a_model_end_to_end(strategy: TilesStrategy, tmp_path: Path) -> None:
         assert r["no_contention_ms"] <= r["runtime_ms"] or d["costs"]["slowdown_2"] < 1
         assert ("measured_ms" in r) == (r["cores"] <= 2)
     assert d["costs"]["work_ms"] > 0 and d["costs"]["overhead_ns"] >= 0
+    path = d["critical_path"]
+    assert 1 <= path["layers"] <= path["tiles"] and set(path["costliest_ms"]) <= set(
+        strategy.graph.layer_names
+    )
     text = format_simulation(d)
     assert "assumptions:" in text and "runtime ms" in text
     pytest.importorskip("matplotlib")
