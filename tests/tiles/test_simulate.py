@@ -158,6 +158,16 @@ def test_bad_input_is_refused() -> None:
         parse_cores("two")
 
 
+def test_the_command_refuses_bad_options_before_building(capsys: pytest.CaptureFixture[str]) -> None:
+    from pathweave.cli import main
+
+    assert main(["simulate", "googlenet", "--cores", "two"]) == 2
+    assert main(["simulate", "googlenet", "--rounds", "0"]) == 2
+    assert main(["simulate", "googlenet", "--barrier-us", "-1"]) == 2
+    assert main(["simulate", "googlenet", "--plot", "curves.txt"]) == 2
+    assert capsys.readouterr().err.count("pathweave: error:") == 4
+
+
 class _Branches(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()
