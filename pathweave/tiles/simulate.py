@@ -22,7 +22,8 @@ Assumptions: on P >= 2 workers every kernel takes its 1-worker time times the sl
 (the rows also give the time without it: no contention at all); it does not grow with P, which is
 optimistic where memory bandwidth runs out; one wake-up latency for every wait; no lock contention
 growing with the worker count. The barrier schedule deals each layer's tiles to the first free worker
-(a dynamic parallel-for) and pays ``wake_ns`` per barrier. The bounds are those of the same task costs
+(a dynamic parallel-for) and pays a barrier after each layer (``--barrier-us``; by default ``wake_ns``,
+what this runtime's waiting workers take to start). The bounds are those of the same task costs
 without any scheduling cost: no schedule on P workers beats max(critical path, work / P).
 """
 
@@ -421,10 +422,6 @@ def simulation_report(
     cal = calibrate(strategy, runs)
     inputs = strategy.captured.example_inputs
     path = critical_tasks(cal.graph, cal.costs)
-    on_path: dict[str, float] = {}
-    for task in path:
-        name = str(strategy.graph.layer_names[strategy.graph.tile_layer[task]])
-        on_path[name] = on_path.get(name, 0.0) + float(cal.costs.kernel_ns[task]) / 1e6
     costs = {"work_ms": work_ns(cal.costs) / 1e6, "overhead_ns": cal.costs.overhead_ns,
              "wake_ns": cal.costs.wake_ns, "fixed_ms": cal.costs.fixed_ns / 1e6, "slowdown_2": cal.slowdown,
              "replay_error_pct": cal.replay_error_pct,
@@ -438,11 +435,7 @@ def simulation_report(
         "edges": len(cal.graph.children_indices),
         "layers": len(cal.graph.layer_start) - 1,
         "costs": costs,
-        "critical_path": {
-            "tiles": len(path),
-            "layers": len(on_path),
-            "costliest_ms": dict(sorted(on_path.items(), key=lambda kv: -kv[1])[:8]),
-        },  # fmt: skip
+        "critical_path": _path_layers(strategy.graph, cal.costs, path),
         "rows": simulate_rows(cal, cores, {s.workers: s.median_ms for s in scaling}, barrier_ns),
         "assumptions": ASSUMPTIONS,
         "machine": describe(),
@@ -450,6 +443,16 @@ def simulation_report(
         "loadavg_after": loadavg(),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }
+
+
+def _path_layers(graph: TileGraph, costs: TaskCosts, path: list[int], top: int = 8) -> dict[str, Any]:
+    """The critical path's tiles and layers, and its ``top`` costliest layers (ms of their tiles on it)."""
+    on_path: dict[str, float] = {}
+    for task in path:
+        name = str(graph.layer_names[graph.tile_layer[task]])
+        on_path[name] = on_path.get(name, 0.0) + float(costs.kernel_ns[task]) / 1e6
+    costliest = dict(sorted(on_path.items(), key=lambda kv: -kv[1])[:top])
+    return {"tiles": len(path), "layers": len(on_path), "costliest_ms": costliest}
 
 
 def format_simulation(d: dict[str, Any]) -> str:
