@@ -17,7 +17,7 @@ import torch
 from pathweave.compare import mismatch
 from pathweave.errors import ExecutionError, PathweaveError, UnsupportedError
 from pathweave.frontend.graph import Captured
-from pathweave.passes import canonical, fold_bn, fold_sizes, prune
+from pathweave.passes import canonical, dedupe, fold_bn, fold_sizes, prune
 from pathweave.passes.pipeline import run_pipeline
 from pathweave.sequential import locate_failure
 from pathweave.strategy import CallGuard, Strategy
@@ -37,8 +37,8 @@ from pathweave.tiles.program import TileProgram, build_program, output_layers
 from pathweave.tiles.runtime import TileRuntime, gemm_isa
 
 #: the rewrites before a graph is cut into tiles (also those of the tile islands, ``tiles.mixed``)
-PASSES = (canonical, fold_sizes, prune, tile_conv1d, tile_conv_transpose, fold_bn, tile_sdpa, tile_fuse,
-          tile_fuse_matmul)  # fmt: skip
+PASSES = (canonical, fold_sizes, prune, dedupe, tile_conv1d, tile_conv_transpose, fold_bn, tile_sdpa,
+          tile_fuse, tile_fuse_matmul)  # fmt: skip
 #: the tile kernels against PyTorch on the same rewritten graph: float sums in another order
 CHECK_RTOL, CHECK_ATOL = 1e-3, 1e-4
 

@@ -60,7 +60,8 @@ class _TinyTransformer(torch.nn.Module):
         h = self.up(self.ln2(x))
         h = torch.cat([F.gelu(h[..., :WIDTH]), F.gelu(h[..., WIDTH:], approximate="tanh")], dim=-1)
         x = x + torch.matmul(h[..., ::2], self.down)  # A with a column stride of 2: packed
-        x = x + F.gelu(self.mix(x), approximate="tanh") - 0.5 * F.gelu(self.mix(x))  # fused epilogues
+        # fused epilogues (two linears of different inputs: passes.dedupe computes repeats once)
+        x = x + F.gelu(self.mix(x), approximate="tanh") - 0.5 * F.gelu(self.proj(x))
         flat = x.flatten(0, 1)
         mixed = torch.addmm(self.head.bias, flat, self.head.weight.t(), beta=0.5, alpha=2.0)
         p = probs.flatten(0, 1)

@@ -470,3 +470,34 @@ def test_inputs_with_neg_bit_or_other_layouts() -> None:
     for bad in (x.to_sparse(), x.to_mkldnn()):
         with pytest.raises(pathweave.InputError, match="layout"):
             fn(bad)
+
+
+class _RepeatedRelus(torch.nn.Module):
+    """A NASNet cell's habit: every branch applies its own relu (and pad and pool) to the same input."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.convs = torch.nn.ModuleList(torch.nn.Conv2d(8, 8, k, padding=k // 2, groups=g)
+                                         for k, g in ((3, 8), (5, 8), (1, 1)))  # fmt: skip
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        pools = [
+            F.avg_pool2d(F.pad(torch.relu(x), (1, 1, 1, 1)), 3, 1, count_include_pad=False) for _ in range(2)
+        ]
+        return sum((conv(torch.relu(x)) for conv in self.convs), pools[0] + pools[1])
+
+
+@pytest.mark.parametrize("shape", [(1, 8, 1, 1), (1, 8, 17, 33), (2, 8, 3, 17)])
+def test_repeated_branches_run_once_and_match_eager(shape: tuple[int, ...], outputs_close) -> None:
+    model = _RepeatedRelus().eval()
+    x = torch.randn(shape)
+    strat = TilesStrategy(pathweave.capture(model, x), threads=2, work_per_tile=2e3)
+    ops = [str(op) for op in strat.graph.layer_ops]
+    assert ops.count("relu") == 1 and ops.count("avg_pool2d") == 1, ops
+    for seed in range(2):
+        x = torch.randn(shape, generator=torch.Generator().manual_seed(seed))
+        x[0, 1, 0, 0] = float("nan")
+        got, want = strat(x), model(x)
+        assert torch.equal(got.isnan(), want.isnan())
+        outputs_close(got.nan_to_num(), want.nan_to_num(), rtol=1e-4, atol_scale=1e-5)
+    strat.close()
