@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from pathweave.errors import ClosedError, ExecutionError, InputError, MissingDependencyError, UnsupportedError
-from pathweave.machine import cpu_isa
+from pathweave.machine import ISA_LEVELS, cpu_isa
 from pathweave.tiles.abi import MAX_COLUMNS
 from pathweave.tiles.graph import TileGraph
 
@@ -320,7 +320,7 @@ class TileRuntime:
         self.close()
 
 
-GEMM_ISAS = ("avx512", "avx2", "generic")
+GEMM_ISAS = ISA_LEVELS
 
 
 def gemm_isa() -> str:
