@@ -330,6 +330,17 @@ def gemm_isa() -> str:
     return (lib.pw_gemm_isa() or b"").decode()
 
 
+#: the copy of the hot loops (im2col, Winograd's transforms, pools, element-wise, rows of the transformer
+#: kernels: ``PW_HOT_FN`` in ``native/tile_kernels.h``) that runs for each value of ``pw_hot_level``
+HOT_COPIES = ("x86-64", "x86-64-v3", "x86-64-v4")
+
+
+def hot_copy() -> str:
+    """The copy of the hot loops that runs now: it follows ``gemm_isa()`` (``PATHWEAVE_ISA``,
+    ``use_gemm_isa``), as the matrix kernels do, down to what the CPU runs."""
+    return HOT_COPIES[_library().pw_hot_level()]
+
+
 def runnable_gemm_isas() -> tuple[str, ...]:
     """The levels of ``GEMM_ISAS`` this CPU runs, widest first: its own (``machine.cpu_isa``, the level the
     kernels pick unforced) and every one below it, so that tests can run each kernel family under each."""

@@ -29,6 +29,13 @@ def level(request: pytest.FixtureRequest) -> Iterator[str]:
         tile_runtime.use_gemm_isa(chosen)
 
 
+def test_hot_loops_follow_the_forced_level(level: str) -> None:
+    """im2col, Winograd's transforms, the pools and the element-wise loops (PW_HOT_FN) run the copy of the
+    forced level, not the CPU's widest (GCC's target_clones chose by CPU alone)."""
+    want = {"avx512": "x86-64-v4", "avx2": "x86-64-v3", "generic": "x86-64"}[level]
+    assert tile_runtime.hot_copy() == want
+
+
 class _Pools(torch.nn.Module):
     """The vector pools (3x3 stride 1 max and avg with count_include_pad, 3x3 and 2x2 stride-2 max) and
     the same over a strided view (a channel slice: rows a plane apart, the plane not the tensor's)."""
