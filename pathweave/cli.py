@@ -44,6 +44,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     b.add_argument("--json", type=Path, help="write the full results as JSON here")
     b.add_argument("--quiet", action="store_true", help="no progress bars")
+    b.add_argument(
+        "--isa", choices=("avx512", "avx2", "generic"),
+        help="run pathweave's kernels at this level (default: $PATHWEAVE_ISA, else the CPU's) and limit "
+        "every peer that can be limited to it (PyTorch, OpenVINO; ONNX Runtime cannot be)",
+    )  # fmt: skip
     g = sub.add_parser("codegen", help="write a standalone parallel Python module (Ramiel lanes)")
     g.add_argument("model", nargs="?", default=DEFAULT_MODEL, help=model_help)
     g.add_argument("-o", "--output", type=Path, default=Path("parallel_model.py"))
@@ -199,7 +204,8 @@ def _bench(args: argparse.Namespace) -> int:
     from pathweave.report.tables import format_bench
 
     wanted = [c.strip() for c in args.candidates.split(",")] if args.candidates else None
-    report = run_bench(args.model, wanted, args.rounds, args.threads, args.device, args.batch, not args.quiet)
+    report = run_bench(args.model, wanted, args.rounds, args.threads, args.device, args.batch, not args.quiet,
+                       isa=args.isa)  # fmt: skip
     d = report.to_dict()
     print(format_bench(d))
     if args.json:

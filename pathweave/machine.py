@@ -24,6 +24,10 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+#: the x86 vector levels pathweave tells apart, widest first (``PATHWEAVE_ISA`` takes one of them)
+ISA_LEVELS = ("avx512", "avx2", "generic")
+
+
 @cache
 def cpu_isa() -> str:
     """The widest x86 vector level this CPU has: "avx512" (avx512f), "avx2" (avx2 and fma) or

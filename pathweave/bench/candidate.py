@@ -24,7 +24,8 @@ class Candidate:
     asynchronous (CUDA). ``cuda_events``: time the call with CUDA events on the current stream (the GPU's
     own clock, from the first launch to the last kernel) instead of the host clock around a synchronize.
     ``quiesce``, where given, is called after each timed call, outside the timed region: pathweave's tile
-    workers spin for the next inference, which would slow the candidate timed next.
+    workers spin for the next inference, which would slow the candidate timed next. ``isa`` and
+    ``can_limit``: see ``bench.isa`` (a bench at a level below the CPU's limits every peer it can).
     """
 
     name: str
@@ -36,6 +37,8 @@ class Candidate:
     extra: dict[str, Any] = field(default_factory=dict)
     cuda_events: bool = False
     quiesce: Callable[[], None] | None = None  # after each timed call: stop spinning threads
+    isa: str | None = None  # the vector level it ran at, read back from its library where it tells
+    can_limit: bool = True  # False for a peer with no knob to lower its level (ONNX Runtime's MLAS)
 
 
 def flatten_outputs(out: Any) -> list[torch.Tensor]:

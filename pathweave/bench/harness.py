@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from pathweave.auto import build, build_auto
+from pathweave.bench import isa as bench_isa
 from pathweave.bench.candidate import Candidate, Skip, flatten_outputs
 from pathweave.bench.peers import PEERS, peer_names, use_onnx_file
 from pathweave.errors import InputError
@@ -60,6 +61,8 @@ class Result:
     note: str = ""
     threads: int | None = None
     times_ms: list[float] = field(default_factory=list, repr=False)
+    isa: str | None = None  # the vector level it ran at (read back from its library)
+    isa_note: str = ""  # that level as the table shows it: "avx512, cannot be limited" in a limited bench
 
 
 @dataclass
@@ -197,12 +200,18 @@ def run_bench(
     device: str = "cpu",
     batch: int = 1,
     progress: bool = True,
+    isa: str | None = None,
 ) -> BenchReport:
+    """Bench ``spec``. ``isa`` (else ``$PATHWEAVE_ISA``) below the CPU's level runs pathweave's kernels
+    at that level and limits every peer that can be limited to it, for this whole process (the
+    libraries read their limits once, on first use: call this before they have run)."""
+    level = bench_isa.bench_isa(isa)
+    bench_isa.apply_limits(level)
     threads = threads or os.cpu_count() or 1
     saved = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        return _run(spec, candidates, rounds, threads, device, batch, progress)
+        return _run(spec, candidates, rounds, threads, device, batch, progress, level)
     finally:
         torch.set_num_threads(saved)
 
@@ -215,6 +224,7 @@ def _run(
     device: str,
     batch: int,
     progress: bool,
+    level: str,
 ) -> BenchReport:
     load_before = _loadavg()
     loaded = load_model(spec, batch=batch)
@@ -242,6 +252,7 @@ def _run(
                 else PEERS[name](model, loaded.inputs, threads, device)
             )
             _check(cand, reference, results[name], _tolerance(device))
+            _record_isa(cand, results[name], level, device)
             if results[name].status == "ok":
                 built.append(cand)
         except Skip as exc:
@@ -253,8 +264,23 @@ def _run(
     settings = {
         "rounds": rounds, "threads": threads, "device": device, "batch": batch,
         "loadavg_before": load_before, "loadavg_after": _loadavg(), "date": time.strftime("%Y-%m-%d"),
+        "isa": level, "peers_limited": bench_isa.limited(level),
+        "limit_env": bench_isa.limit_env(level),
     }  # fmt: skip
     return BenchReport(loaded.name, describe(device) | _versions(), settings, list(results.values()))
+
+
+def _record_isa(cand: Candidate, result: Result, level: str, device: str) -> None:
+    """The level ``cand`` ran at: a peer's as its builder read it back; pathweave's the wider of the
+    tile kernels' and PyTorch's (its strategies run ATen between or instead of tiles)."""
+    if str(device).startswith("cuda"):
+        return
+    ran = cand.isa
+    if cand.kind == "pathweave":
+        from pathweave.tiles.runtime import gemm_isa
+
+        ran = min(gemm_isa(), bench_isa.torch_isa(), key=bench_isa.ISA_LEVELS.index)
+    result.isa, result.isa_note = ran, bench_isa.label(ran, level, cand.can_limit)
 
 
 #: candidates run only when named (like the Ramiel variants): lanes with stacks compile C at build

@@ -17,6 +17,9 @@ Settings, each the peer's best documented one for batch-1 latency (see shared/BE
 - ``openvino``: ``PERFORMANCE_HINT=LATENCY``, ``INFERENCE_NUM_THREADS=threads`` and
   ``INFERENCE_PRECISION_HINT=f32``: on CPUs with bf16 support (AVX512-BF16, AMX) OpenVINO otherwise
   computes in bf16, which is neither the same dtype as the other candidates nor within tolerance.
+
+Each CPU peer records the vector level it ran at (``Candidate.isa``, read back from its library): a
+bench below the CPU's level (``bench.isa``) limits PyTorch and OpenVINO; ONNX Runtime cannot be limited.
 """
 
 from __future__ import annotations
@@ -37,7 +40,9 @@ from unittest import mock
 import torch
 
 from pathweave.bench.candidate import Candidate, Skip
+from pathweave.bench.isa import openvino_isa, torch_isa
 from pathweave.errors import InputError, MissingDependencyError, require
+from pathweave.machine import cpu_isa
 from pathweave.sequential import intra_op_threads
 
 Builder = Callable[[torch.nn.Module, tuple[torch.Tensor, ...], int, str], Candidate]
@@ -117,7 +122,7 @@ def _eager(
             return model(*(layout(x) for x in inputs))
 
     note = "inference_mode, channels_last" if channels_last else "inference_mode"
-    return Candidate(name, "peer", run, threads, note=f"{note}, {threads} thread(s)")
+    return Candidate(name, "peer", run, threads, note=f"{note}, {threads} thread(s)", isa=torch_isa())
 
 
 def build_eager_1t(
@@ -199,7 +204,7 @@ def _compiled(
     extra: dict[str, Any] = {"build_s": build_s}
     if freezing:
         extra["frozen_graphs"] = len(freezes)
-    return Candidate(name, "peer", run, threads, note=note, extra=extra)
+    return Candidate(name, "peer", run, threads, note=note, extra=extra, isa=torch_isa())
 
 
 def build_compile(
@@ -343,7 +348,9 @@ def _ort(
     threads_note = f"inter {threads} x intra 1" if parallel else f"intra {threads}"
     extra = {"export_s": exp.seconds, "build_s": time.perf_counter() - start, "providers": providers}
     note = f"{_export_note(exp)}, {threads_note}"
-    return Candidate(name, "peer", run, threads, note=note, extra=extra)
+    # MLAS picks its kernels from CPUID: no variable or option lowers them
+    cpu = cpu_isa() if not _is_cuda(device) else None
+    return Candidate(name, "peer", run, threads, note=note, extra=extra, isa=cpu, can_limit=False)
 
 
 def build_ort_seq(
@@ -394,7 +401,8 @@ def build_openvino(
     }
     start = time.perf_counter()
     try:
-        request = ov.Core().compile_model(ov_model, "CPU", config).create_infer_request()
+        compiled = ov.Core().compile_model(ov_model, "CPU", config)
+        request = compiled.create_infer_request()
     except Exception as exc:
         raise Skip(f"OpenVINO cannot compile the model: {_one_line(exc)}") from exc
     arrays = _numpy_inputs(inputs)
@@ -407,7 +415,9 @@ def build_openvino(
         return list(request.infer().to_tuple())
 
     extra = {"export_s": export_s, "build_s": time.perf_counter() - start}
-    return Candidate("openvino", "peer", run, threads, note=f"{note}, LATENCY, f32", extra=extra)
+    isa, wider = openvino_isa(compiled)
+    note = f"{note}, LATENCY, f32" + (f"; {wider}" if wider else "")
+    return Candidate("openvino", "peer", run, threads, note=note, extra=extra, isa=isa)
 
 
 # ------------------------------------------------------------------------------------------------ CUDA

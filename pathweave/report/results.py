@@ -14,6 +14,16 @@ def _best_peer(cands: list[dict[str, Any]]) -> dict[str, Any] | None:
     return min(peers, key=lambda c: c["median_ms"]) if peers else None
 
 
+def _best_name(best: dict[str, Any] | None, settings: dict[str, Any]) -> str:
+    """The best peer's name, and under a bench limited below the CPU's level, whether it was limited."""
+    if best is None:
+        return "-"
+    if not settings.get("peers_limited"):
+        return best["name"]
+    state = "limited" if best.get("isa") == settings["isa"] else "NOT limited"
+    return f"{best['name']} ({best.get('isa') or '?'}, {state})"
+
+
 def markdown_table(paths: list[Path]) -> str:
     """One row per bench file: every candidate's median ms, then pathweave's ratio to the best peer."""
     reports = [json.loads(p.read_text()) for p in paths]
@@ -32,7 +42,7 @@ def markdown_table(paths: list[Path]) -> str:
         ours = [c for c in r["candidates"] if c["kind"] == "pathweave" and c["median_ms"]]
         ratio = f"{min(c['median_ms'] for c in ours) / best['median_ms']:.2f}" if best and ours else "-"
         s = r["settings"]
-        row = [r["model"], str(s["batch"]), str(s["threads"]), *cells, best["name"] if best else "-", ratio]
+        row = [r["model"], str(s["batch"]), str(s["threads"]), *cells, _best_name(best, s), ratio]
         lines.append("| " + " | ".join(row) + " |")
     first = reports[0] if reports else None
     if first:

@@ -32,8 +32,14 @@ def format_bench(d: dict[str, Any]) -> str:
     median = {c["name"]: c["median_ms"] for c in ok}
     eager = median.get("cuda:eager" if cuda else "eager")
     graph = median.get("cuda:graph")  # on CUDA the baseline to beat: the model as one CUDA Graph
-    peers = [c["median_ms"] for c in ok if c["kind"] == "peer"]
-    best_peer = min(peers) if peers else None
+    peers = [c for c in ok if c["kind"] == "peer"]
+    best = min(peers, key=lambda c: c["median_ms"]) if peers else None
+    best_peer = best["median_ms"] if best else None
+    show_isa = any(c.get("isa_note") for c in cands)
+    settings = d["settings"]
+    fair = [c for c in peers if c.get("isa") == settings.get("isa")]
+    best_fair = min(c["median_ms"] for c in fair) if fair and settings.get("peers_limited") else None
+    both = best_fair is not None and best_fair != best_peer  # the best peer itself was not limited
     rows = []
     for c in cands:
         ms = c["median_ms"]
@@ -42,8 +48,10 @@ def format_bench(d: dict[str, Any]) -> str:
             f"{eager / ms:.2f}x" if ms and eager else "-",
             *([f"{graph / ms:.2f}x" if ms and graph else "-"] if cuda else []),
             f"{ms / best_peer:.2f}" if ms and best_peer else "-",
+            *([f"{ms / best_fair:.2f}" if ms else "-"] if both else []),
             f"{c['max_abs_diff']:.1e}" if c["max_abs_diff"] is not None else "-",
             f"{c['max_rel_diff']:.1e}" if c.get("max_rel_diff") is not None else "-",
+            *([c.get("isa_note") or "-"] if show_isa else []),
             c["note"][:80],
         ])  # fmt: skip
     m, s = d["machine"], d["settings"]
@@ -53,6 +61,8 @@ def format_bench(d: dict[str, Any]) -> str:
         f"onnxruntime {m.get('onnxruntime', '-')}, openvino {m.get('openvino', '-')}, "
         f"load {s['loadavg_before']} -> {s['loadavg_after']}"
     )
+    if s.get("peers_limited"):
+        head += f"\nlimited to {s['isa']}: " + " ".join(f"{k}={v}" for k, v in s["limit_env"].items())
     body = table(
         [
             "candidate",
@@ -60,14 +70,33 @@ def format_bench(d: dict[str, Any]) -> str:
             "median ms",
             "vs eager",
             *(["vs cuda:graph"] if cuda else []),
-            "vs best peer",
+            _best_header(settings, best),
+            *(["vs best limited peer"] if both else []),
             "max abs diff",
             "max rel diff",
+            *(["isa"] if show_isa else []),
             "note",
         ],
         rows,
     )
-    return head + "\n" + body
+    return head + "\n" + body + _best_peer_line(s, best)
+
+
+def _best_header(settings: dict[str, Any], best: dict[str, Any] | None) -> str:
+    if not settings.get("peers_limited") or best is None:
+        return "vs best peer"
+    return f"vs best peer ({'limited' if best.get('isa') == settings['isa'] else 'NOT limited'})"
+
+
+def _best_peer_line(settings: dict[str, Any], best: dict[str, Any] | None) -> str:
+    """Under a bench limited below the CPU's level: which peer "vs best peer" divides by, and whether
+    it ran limited (ONNX Runtime cannot be: then the column compares AVX2 code with AVX-512 code)."""
+    if not settings.get("peers_limited") or best is None:
+        return ""
+    ran = best.get("isa_note") or best.get("isa") or "?"
+    state = "limited" if best.get("isa") == settings["isa"] else "NOT limited"
+    return (f"\nbench at {settings['isa']}, peers limited where they can be; vs best peer: {best['name']} "
+            f"ran {ran} ({state})")  # fmt: skip
 
 
 def isa_label(machine: dict) -> str:

@@ -309,10 +309,11 @@ def _pack_b(row: np.ndarray, b: View, b_node: torch.fx.Node, graph: TileGraph, i
 def rows_kernel(cuts: tuple[int, ...], a: list[int]) -> bool:
     """Whether a product with a constant B runs ``pw_gemm_rows`` (A's elements broadcast from where they
     lie, B in panels of 16 columns: BERT's linear layers ~150 -> ~210 GFLOP/s, no A packed per tile):
-    on the AVX-512 kernels, with every column piece but the last a whole number of panels (a piece
-    starts at K times its first column) and A's columns adjacent."""
+    on the vector kernels of either width (one source, tile_gemm_t.c; AVX2 runs a panel as two vectors),
+    with every column piece but the last a whole number of panels (a piece starts at K times its first
+    column) and A's columns adjacent. Not at the generic level, where its scalar loop loses to OpenBLAS."""
     widths = [c1 - c0 for c0, c1 in itertools.pairwise(cuts)]
-    return gemm_isa() == "avx512" and all(w % PANEL_ROWS_T == 0 for w in widths[:-1]) and a[-1] == 1
+    return gemm_isa() != "generic" and all(w % PANEL_ROWS_T == 0 for w in widths[:-1]) and a[-1] == 1
 
 
 def _packable(
@@ -320,10 +321,13 @@ def _packable(
 ) -> bool:
     """A constant 2-D B, no scale, and either ``rows_kernel`` (any number of rows) or rows enough to
     fill a panel of pw_gemm_packed (a CNN head at batch 1 is a matrix-vector product: 8 rows computed
-    for 1; OpenBLAS then took 0.33 ms per half of ResNet-50's head, ``rows_kernel`` ~0.05)."""
+    for 1; OpenBLAS then took 0.33 ms per half of ResNet-50's head, ``rows_kernel`` ~0.05). Not at the
+    generic level: the packed kernel's scalar loop there ran 14-25x slower than OpenBLAS's SSE family
+    (128 x 768 x 768: 183 against 12.7 ms)."""
     rows = out[-2] if len(out) >= 2 else 1
     return (
-        len(b.shape) == 2
+        gemm_isa() != "generic"
+        and len(b.shape) == 2
         and alpha == 1.0
         and is_constant(b_node)
         and b.shape[1] == out[-1]

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from pathweave.errors import ClosedError, ExecutionError, InputError, MissingDependencyError, UnsupportedError
-from pathweave.machine import cpu_isa
+from pathweave.machine import ISA_LEVELS, cpu_isa
 from pathweave.tiles.abi import MAX_COLUMNS
 from pathweave.tiles.graph import TileGraph
 
@@ -82,9 +82,12 @@ def _force_isa(lib: ctypes.CDLL, isa: str) -> None:
 
 _SGEMM: int | None = None
 _CORE: str = ""
-#: forces OpenBLAS's kernel family for the tile kernels (e.g. SkylakeX, Haswell); unset: OpenBLAS reads
-#: the CPU itself
+#: forces OpenBLAS's kernel family for the tile kernels (e.g. SkylakeX, Haswell); unset: the family of the
+#: level the tile kernels run (``BLAS_CORES``) where it is below the CPU's, else OpenBLAS reads the CPU
 CORETYPE_ENV = "PATHWEAVE_OPENBLAS_CORETYPE"
+#: OpenBLAS's kernel family for a level forced below the CPU's: Haswell is its AVX2 + FMA family, Nehalem
+#: its newest without AVX (the scipy-openblas32 wheel maps Prescott and Core2 to the SSE1 Katmai)
+BLAS_CORES = {"avx2": "Haswell", "generic": "Nehalem"}
 
 
 def sgemm_address() -> int:
@@ -94,12 +97,16 @@ def sgemm_address() -> int:
     OpenBLAS picks its kernels for the CPU when it is loaded, unless ``OPENBLAS_CORETYPE`` names a
     family. Machines that set that variable globally (ours sets ``Haswell``, AVX2) would halve the
     products on an AVX-512 CPU, while ONNX Runtime and oneDNN use AVX-512 there. So the variable is
-    hidden while this copy loads; ``PATHWEAVE_OPENBLAS_CORETYPE`` forces a family instead."""
+    hidden while this copy loads; ``PATHWEAVE_OPENBLAS_CORETYPE`` forces a family instead, and a level
+    forced below the CPU's (``PATHWEAVE_ISA``, ``use_gemm_isa`` before the first product) picks that
+    level's family (``BLAS_CORES``): OpenBLAS chooses once, when it loads."""
     global _SGEMM, _CORE
     if _SGEMM is None:
         saved = os.environ.pop("OPENBLAS_CORETYPE", None)
-        if os.environ.get(CORETYPE_ENV):
-            os.environ["OPENBLAS_CORETYPE"] = os.environ[CORETYPE_ENV]
+        level = gemm_isa()
+        core = os.environ.get(CORETYPE_ENV) or (BLAS_CORES.get(level, "") if level != cpu_isa() else "")
+        if core:
+            os.environ["OPENBLAS_CORETYPE"] = core
         try:  # importing the wheel already loads the library
             import scipy_openblas32
 
@@ -320,7 +327,7 @@ class TileRuntime:
         self.close()
 
 
-GEMM_ISAS = ("avx512", "avx2", "generic")
+GEMM_ISAS = ISA_LEVELS
 
 
 def gemm_isa() -> str:
@@ -328,6 +335,17 @@ def gemm_isa() -> str:
     lib = _library()
     lib.pw_gemm_isa.restype = ctypes.c_char_p
     return (lib.pw_gemm_isa() or b"").decode()
+
+
+#: the copy of the hot loops (im2col, Winograd's transforms, pools, element-wise, rows of the transformer
+#: kernels: ``PW_HOT_FN`` in ``native/tile_kernels.h``) that runs for each value of ``pw_hot_level``
+HOT_COPIES = ("x86-64", "x86-64-v3", "x86-64-v4")
+
+
+def hot_copy() -> str:
+    """The copy of the hot loops that runs now: it follows ``gemm_isa()`` (``PATHWEAVE_ISA``,
+    ``use_gemm_isa``), as the matrix kernels do, down to what the CPU runs."""
+    return HOT_COPIES[_library().pw_hot_level()]
 
 
 def runnable_gemm_isas() -> tuple[str, ...]:

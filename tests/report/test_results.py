@@ -33,3 +33,12 @@ def test_table_command(tmp_path, capsys) -> None:
     path.write_text(json.dumps(_bench("net_a", 10.0, {"eager": 20.0})))
     assert cli.main(["table", str(path)]) == 0
     assert "| net_a | 1 | 2 | 10.0 | 20.0 | eager | 0.50 |" in capsys.readouterr().out
+
+
+def test_best_peer_says_whether_a_limited_bench_limited_it(tmp_path) -> None:
+    report = _bench("net_a", 30.0, {"ort:seq": 18.0, "openvino": 34.0})
+    report["settings"] |= {"isa": "avx2", "peers_limited": True}
+    report["candidates"][1]["isa"], report["candidates"][2]["isa"] = "avx512", "avx2"
+    path = tmp_path / "a.json"
+    path.write_text(json.dumps(report))
+    assert "| ort:seq (avx512, NOT limited) | 1.67 |" in markdown_table([path])

@@ -5,12 +5,16 @@ inputs, and NaN and +-inf where eager propagates them."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
 import torch
 
 import pathweave
+from pathweave.machine import cpu_isa
 from pathweave.tiles import runtime as tile_runtime
 from pathweave.tiles.abi import PACKS, S_WPACK_T
 from pathweave.tiles.strategy import TilesStrategy
@@ -27,6 +31,13 @@ def level(request: pytest.FixtureRequest) -> Iterator[str]:
         yield request.param
     finally:
         tile_runtime.use_gemm_isa(chosen)
+
+
+def test_hot_loops_follow_the_forced_level(level: str) -> None:
+    """im2col, Winograd's transforms, the pools and the element-wise loops (PW_HOT_FN) run the copy of the
+    forced level, not the CPU's widest (GCC's target_clones chose by CPU alone)."""
+    want = {"avx512": "x86-64-v4", "avx2": "x86-64-v3", "generic": "x86-64"}[level]
+    assert tile_runtime.hot_copy() == want
 
 
 class _Pools(torch.nn.Module):
@@ -120,6 +131,49 @@ def test_conv_layouts_match_eager(level: str, shape: tuple, outputs_close) -> No
         x = _nonfinite(shape, 5)
         with torch.no_grad():  # NaN where eager has it (inf - inf inside the sums: NaN there too)
             got, want = strat(x), net(x)
+        assert torch.equal(got.isnan(), want.isnan())
+    finally:
+        strat.close()
+
+
+@pytest.mark.parametrize("forced", tile_runtime.GEMM_ISAS)
+def test_openblas_follows_the_forced_level(forced: str) -> None:
+    """OpenBLAS (the tile kernels' fallback products) loads the family of PATHWEAVE_ISA's level where it
+    is below the CPU's; PATHWEAVE_OPENBLAS_CORETYPE still wins."""
+    if forced not in tile_runtime.runnable_gemm_isas():
+        pytest.skip(f"this CPU has no {forced}")
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", tile_runtime.CORETYPE_ENV)}
+    code = "from pathweave.tiles import runtime as r; print(r.blas_core())"
+
+    def core(**extra: str) -> str:
+        done = subprocess.run([sys.executable, "-c", code], env=env | {"PATHWEAVE_ISA": forced, **extra},
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stdout.strip()
+
+    want = tile_runtime.BLAS_CORES.get(forced)
+    if forced == cpu_isa():
+        assert core() not in tile_runtime.BLAS_CORES.values() or cpu_isa() != "avx512"
+    else:
+        assert core() == want
+    assert core(PATHWEAVE_OPENBLAS_CORETYPE="Nehalem") == "Nehalem"
+
+
+@pytest.mark.parametrize("rows", [1, 3, 17, 33])
+def test_linear_rows_kernel_at_every_vector_level(level: str, rows: int) -> None:
+    """Linear layers with a constant weight run pw_gemm_rows (B in panels, S_WPACK_T 1) at both vector
+    widths, and OpenBLAS at the generic level (no packed weights); eager's values, NaN and inf included."""
+    torch.manual_seed(rows)
+    net = torch.nn.Sequential(torch.nn.Linear(33, 48), torch.nn.ReLU(), torch.nn.Linear(48, 17)).eval()
+    x = torch.randn(2, rows, 33)
+    strat = TilesStrategy(pathweave.capture(net, x), threads=2)
+    try:
+        packed = strat.program.layers[:, S_WPACK_T].tolist()
+        assert packed == ([0, 0] if level == "generic" else [1, 1])
+        x[0, 0, 3], x[-1, -1, 0] = float("nan"), float("inf")
+        with torch.no_grad():
+            got, want = strat(x), net(x)
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4, equal_nan=True)
         assert torch.equal(got.isnan(), want.isnan())
     finally:
         strat.close()

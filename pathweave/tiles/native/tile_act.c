@@ -104,7 +104,7 @@ PW_INLINE void math_row(float *d, int64_t n, int act) {
     }
 }
 
-PW_HOT void pw_act_row(float *d, int64_t n, int act, const float *p) {
+PW_HOT_FN(, void, pw_act_row, (float *d, int64_t n, int act, const float *p), (d, n, act, p)) {
     switch (act) {
     case PW_ACT_SILU: /* x / (1 + e^-x); below -88 e^-x is +inf in eager: -0, and NaN for -inf (x * 0) */
         for (int64_t i = 0; i < n; i++) d[i] = d[i] < -88.0f ? d[i] * 0.0f : d[i] / (1.0f + exp_approx(-d[i]));

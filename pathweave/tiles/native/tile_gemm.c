@@ -71,6 +71,18 @@ static panel_fn pick(const char **isa) {
 
 static panel_fn chosen;
 static const char *chosen_isa = "generic";
+static int hot_level = -1; /* pw_hot_level's; set with chosen */
+
+/* the PW_HOT_FN copy (tile_kernels.h) for a level: x86-64-v4 needs more than avx512f (BW, DQ, VL, CD) and
+ * x86-64-v3 more than avx2 and fma (BMI, MOVBE...): a CPU short of them runs the next copy down */
+static int hot_of(const char *isa) {
+#ifdef PW_X86
+    if (!strcmp(isa, "avx512") && __builtin_cpu_supports("x86-64-v4")) return 2;
+    if (strcmp(isa, "generic") && __builtin_cpu_supports("x86-64-v3")) return 1;
+#endif
+    (void)isa;
+    return 0;
+}
 
 const char *pw_gemm_isa(void) {
     panel_fn fn = __atomic_load_n(&chosen, __ATOMIC_ACQUIRE);
@@ -78,9 +90,17 @@ const char *pw_gemm_isa(void) {
         const char *isa;
         fn = pick(&isa);
         __atomic_store_n(&chosen_isa, isa, __ATOMIC_RELAXED);
+        __atomic_store_n(&hot_level, hot_of(isa), __ATOMIC_RELAXED);
         __atomic_store_n(&chosen, fn, __ATOMIC_RELEASE);
     }
     return __atomic_load_n(&chosen_isa, __ATOMIC_RELAXED);
+}
+
+int pw_hot_level(void) {
+    const int level = __atomic_load_n(&hot_level, __ATOMIC_RELAXED);
+    if (level >= 0) return level;
+    pw_gemm_isa();
+    return __atomic_load_n(&hot_level, __ATOMIC_RELAXED);
 }
 
 int pw_vec_width(void) {
@@ -100,6 +120,7 @@ int pw_gemm_force(const char *isa) {
     if (!strcmp(isa, "generic")) fn = panel_pass_generic, name = "generic";
     if (!fn) return 1;
     __atomic_store_n(&chosen_isa, name, __ATOMIC_RELAXED);
+    __atomic_store_n(&hot_level, hot_of(name), __ATOMIC_RELAXED);
     __atomic_store_n(&chosen, fn, __ATOMIC_RELEASE);
     return 0;
 }

@@ -51,8 +51,7 @@ static inline void activate(float *d, int64_t n, int act) {
 
 /* col[(c * kh + i) * kw + j][p] for output rows [oh0, oh1) and all OW columns of image n, input
  * channels [c0, c0 + cg). */
-PW_HOT static void im2col(const float *x, const int64_t *L, int64_t c0, int64_t cg, int64_t oh0, int64_t oh1,
-                   float *col) {
+PW_HOT_FN(static, void, im2col, (const float *x, const int64_t *L, int64_t c0, int64_t cg, int64_t oh0, int64_t oh1, float *col), (x, L, c0, cg, oh0, oh1, col)) {
     const int64_t H = L[S_XSHAPE + 2], W = L[S_XSHAPE + 3], OW = L[S_OSHAPE + 3];
     const int64_t kh = L[S_KH], kw = L[S_KW], sh = L[S_SH], sw = L[S_SW];
     const int64_t ph = L[S_PH], pw = L[S_PW], dh = L[S_DH], dw = L[S_DW];
@@ -95,8 +94,7 @@ PW_HOT static void im2col(const float *x, const int64_t *L, int64_t c0, int64_t 
 
 /* out[o][p] += bias[o] (+ residual), then the activation, over channels [o0, o1) and positions
  * [p0, p1) of one image; out and res point at that image, rows of length HW. */
-PW_HOT static void epilogue(float *out, const float *res, const float *bias, int64_t o0, int64_t o1, int64_t p0,
-                     int64_t p1, int64_t HW, int act) {
+PW_HOT_FN(static, void, epilogue, (float *out, const float *res, const float *bias, int64_t o0, int64_t o1, int64_t p0, int64_t p1, int64_t HW, int act), (out, res, bias, o0, o1, p0, p1, HW, act)) {
     for (int64_t o = o0; o < o1; o++) {
         float *d = out + o * HW + p0;
         const int64_t n = p1 - p0;
@@ -115,8 +113,7 @@ PW_HOT static void epilogue(float *out, const float *res, const float *bias, int
  * per output row, each tap adds w * (a shifted input row) over the output columns whose input column
  * lies inside the row, so the inner loop has no test (stride 1: contiguous, vectorised). im2col + a
  * 1-row sgemm per channel cost ~9 copies of the input for 2 FLOPs per copied element. */
-PW_HOT static void depthwise_rows(const float *xc, const float *wc, float *oc, const int64_t *L, int64_t oh0,
-                                  int64_t oh1) {
+PW_HOT_FN(static, void, depthwise_rows, (const float *xc, const float *wc, float *oc, const int64_t *L, int64_t oh0, int64_t oh1), (xc, wc, oc, L, oh0, oh1)) {
     const int64_t H = L[S_XSHAPE + 2], W = L[S_XSHAPE + 3], OW = L[S_OSHAPE + 3];
     const int64_t kh = L[S_KH], kw = L[S_KW], sh = L[S_SH], sw = L[S_SW];
     const int64_t ph = L[S_PH], pw = L[S_PW], dh = L[S_DH], dw = L[S_DW];
@@ -298,8 +295,7 @@ __attribute__((always_inline)) static inline void taps(float *restrict d, const 
 /* Pooling without dilation, separably: the window's rows are combined element-wise into one padded row
  * (contiguous, vectorised), then each output takes the max or sum of kw neighbours of that row. Padding
  * is -inf for max and 0 for sums, so neither loop branches; the avg divisor is torch's rule. */
-PW_HOT static void pool_separable(const float *xc, float *oc, const int64_t *L, int64_t oh_lo, int64_t oh_hi,
-                                  int64_t ow_lo, int64_t ow_hi, int is_max, float *row) {
+PW_HOT_FN(static, void, pool_separable, (const float *xc, float *oc, const int64_t *L, int64_t oh_lo, int64_t oh_hi, int64_t ow_lo, int64_t ow_hi, int is_max, float *row), (xc, oc, L, oh_lo, oh_hi, ow_lo, ow_hi, is_max, row)) {
     const int64_t H = L[S_XSHAPE + 2], W = L[S_XSHAPE + 3], OW = L[S_OSHAPE + 3], RS = L[S_XSTRIDE + 2];
     const int64_t kh = L[S_KH], kw = L[S_KW], sh = L[S_SH], sw = L[S_SW], ph = L[S_PH], pw = L[S_PW];
     const int64_t count_pad = L[S_COUNT_PAD], divisor = L[S_DIVISOR];
@@ -353,8 +349,7 @@ PW_HOT static void pool_separable(const float *xc, float *oc, const int64_t *L, 
  * edge columns of 3x3 windows take two taps each, without the general loop's tests (GoogLeNet's
  * 512 x 14 x 14 pools 0.13 -> 0.07 ms). */
 #define PW_POOL_CHUNK 8192
-PW_HOT static void pool_plane_s1(const float *xc, float *oc, const int64_t *L, int64_t oh_lo, int64_t oh_hi,
-                                 int is_max, float div, float *buf) {
+PW_HOT_FN(static, void, pool_plane_s1, (const float *xc, float *oc, const int64_t *L, int64_t oh_lo, int64_t oh_hi, int is_max, float div, float *buf), (xc, oc, L, oh_lo, oh_hi, is_max, div, buf)) {
     const int64_t H = L[S_XSHAPE + 2], W = L[S_XSHAPE + 3], kh = L[S_KH], kw = L[S_KW];
     const int64_t ph = L[S_PH], pw = L[S_PW];
     const float fill = is_max ? -INFINITY : 0.0f;
@@ -404,7 +399,7 @@ PW_HOT static void pool_plane_s1(const float *xc, float *oc, const int64_t *L, i
     }
 }
 
-PW_HOT static int pool_tile(const int64_t *L, const int32_t *lo, const int32_t *hi, int is_max) {
+PW_HOT_FN(static, int, pool_tile, (const int64_t *L, const int32_t *lo, const int32_t *hi, int is_max), (L, lo, hi, is_max)) {
     const float *x = ptr_f(L[S_X]);
     float *out = ptr_w(L[S_OUT]);
     const int64_t C = L[S_XSHAPE + 1], H = L[S_XSHAPE + 2], W = L[S_XSHAPE + 3];
@@ -494,7 +489,7 @@ PW_HOT static int pool_tile(const int64_t *L, const int32_t *lo, const int32_t *
     return 0;
 }
 
-PW_HOT static int adaptive_tile(const int64_t *L, const int32_t *lo, const int32_t *hi) {
+PW_HOT_FN(static, int, adaptive_tile, (const int64_t *L, const int32_t *lo, const int32_t *hi), (L, lo, hi)) {
     const float *x = ptr_f(L[S_X]);
     float *out = ptr_w(L[S_OUT]);
     const int64_t C = L[S_XSHAPE + 1], H = L[S_XSHAPE + 2], W = L[S_XSHAPE + 3];
@@ -520,7 +515,7 @@ PW_HOT static int adaptive_tile(const int64_t *L, const int32_t *lo, const int32
 
 /* out[..., rows, o] = x[..., rows, :] @ w[o, :]^T + bias[o], act. Output dims: the last is the feature,
  * the one before it the rows of one GEMM, the ones before that (up to two) are looped over. */
-PW_HOT static int linear_tile(const int64_t *L, const int32_t *lo, const int32_t *hi, pw_sgemm_fn sgemm) {
+PW_HOT_FN(static, int, linear_tile, (const int64_t *L, const int32_t *lo, const int32_t *hi, pw_sgemm_fn sgemm), (L, lo, hi, sgemm)) {
     const float *x = ptr_f(L[S_X]), *w = ptr_f(L[S_W]), *bias = ptr_f(L[S_BIAS]);
     float *out = ptr_w(L[S_OUT]);
     const int64_t nd = L[S_GROUPS]; /* rank of the output, 2..4 */
@@ -622,7 +617,7 @@ static inline int whole_rows(const ew_box *b, const int64_t *st) {
     return b->lo[3] == 0 && b->hi[3] == b->os[3] && st[2] == st[3] * b->os[3];
 }
 
-PW_HOT static int ewise_tile(const int64_t *L, const int32_t *tlo, const int32_t *thi) {
+PW_HOT_FN(static, int, ewise_tile, (const int64_t *L, const int32_t *tlo, const int32_t *thi), (L, tlo, thi)) {
     const ew_box b = ew_align(L, tlo, thi);
     const float *x = ptr_f(L[S_X]), *y = ptr_f(L[S_Y]);
     float *out = ptr_w(L[S_OUT]);
@@ -650,7 +645,7 @@ PW_HOT static int ewise_tile(const int64_t *L, const int32_t *tlo, const int32_t
 }
 
 /* act(x * scale + shift): scale at S_Y and shift at S_BIAS, both read with the strides S_YSTRIDE */
-PW_HOT static int affine_tile(const int64_t *L, const int32_t *tlo, const int32_t *thi) {
+PW_HOT_FN(static, int, affine_tile, (const int64_t *L, const int32_t *tlo, const int32_t *thi), (L, tlo, thi)) {
     const ew_box b = ew_align(L, tlo, thi);
     const float *x = ptr_f(L[S_X]), *scale = ptr_f(L[S_Y]), *shift = ptr_f(L[S_BIAS]);
     float *out = ptr_w(L[S_OUT]);
@@ -679,7 +674,7 @@ PW_HOT static int affine_tile(const int64_t *L, const int32_t *tlo, const int32_
 
 /* out[i] = x[i - before] where that is inside x, else the value (S_SCALAR); `before` per dim in the slots
  * from S_KH (negative: cropping); x read through its strides */
-PW_HOT static int pad_tile(const int64_t *L, const int32_t *lo, const int32_t *hi) {
+PW_HOT_FN(static, int, pad_tile, (const int64_t *L, const int32_t *lo, const int32_t *hi), (L, lo, hi)) {
     const float *x = ptr_f(L[S_X]);
     float *out = ptr_w(L[S_OUT]);
     const int64_t *os = L + S_OSHAPE, *xs = L + S_XSTRIDE, *xn = L + S_XSHAPE, *before = L + S_KH;
@@ -705,7 +700,7 @@ PW_HOT static int pad_tile(const int64_t *L, const int32_t *lo, const int32_t *h
 }
 
 /* aux records: (address, offset along dim S_GROUPS, size along it, stride0..3) per input */
-PW_HOT static int cat_tile(const int64_t *L, const int32_t *lo, const int32_t *hi) {
+PW_HOT_FN(static, int, cat_tile, (const int64_t *L, const int32_t *lo, const int32_t *hi), (L, lo, hi)) {
     const int64_t *aux = (const int64_t *)(intptr_t)L[S_AUX];
     float *out = ptr_w(L[S_OUT]);
     /* tile_fuse's cat_batch_norm_act: act(x * scale[channel] + shift[channel]) on the way, channel = dim 1 */

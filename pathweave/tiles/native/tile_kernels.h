@@ -10,11 +10,26 @@
 
 #include <stdint.h>
 
-/* hot loops are compiled for AVX-512, AVX2+FMA and baseline x86-64; the loader picks one per CPU */
+/* Hot loops are compiled for AVX-512 (x86-64-v4), AVX2+FMA (x86-64-v3) and baseline x86-64, and each call
+ * runs the copy of the level the matrix kernels run (pw_hot_level: PATHWEAVE_ISA and use_gemm_isa lower it,
+ * so that a forced level holds for every kernel; GCC's target_clones picked by CPU alone). Written as
+ *   PW_HOT_FN(static, int, name, (const int64_t *L, int n), (L, n)) { body }
+ * the body is inlined (with the static inline helpers it calls) into one wrapper per level, and `name`
+ * dispatches to them. */
+int pw_hot_level(void); /* 2: x86-64-v4, 1: x86-64-v3, 0: baseline (tile_gemm.c) */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define PW_HOT __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#define PW_HOT_FN(link, ret, name, params, args)                                                          \
+    static inline __attribute__((always_inline)) ret name##_body params;                                 \
+    __attribute__((target("arch=x86-64-v4"))) static ret name##_v4 params { return name##_body args; }   \
+    __attribute__((target("arch=x86-64-v3"))) static ret name##_v3 params { return name##_body args; }   \
+    static ret name##_v1 params { return name##_body args; }                                             \
+    link ret name params {                                                                               \
+        const int level = pw_hot_level();                                                                \
+        return level == 2 ? name##_v4 args : level == 1 ? name##_v3 args : name##_v1 args;               \
+    }                                                                                                    \
+    static inline __attribute__((always_inline)) ret name##_body params
 #else
-#define PW_HOT
+#define PW_HOT_FN(link, ret, name, params, args) link ret name params
 #endif
 
 #define PW_SLOTS 48

@@ -18,13 +18,8 @@
 #include <math.h>
 #include <string.h>
 
-/* the loops over rows also come compiled for AVX2 + FMA and AVX-512, picked at load time (GELU and e^x:
- * 2.2x faster with AVX2 than with the SSE2 baseline on this AMD EPYC) */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define PW_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define PW_CLONES
-#endif
+/* the loops over rows come compiled for AVX2 + FMA and AVX-512 too (PW_HOT_FN, tile_kernels.h: GELU and
+ * e^x 2.2x faster with AVX2 than with the SSE2 baseline on this AMD EPYC) */
 
 #define CBLAS_ROW_MAJOR 101
 #define CBLAS_NO_TRANS 111
@@ -74,7 +69,7 @@ static inline float gelu_tanh(float x) {
     return x == -INFINITY ? NAN : x / (1.0f + exp_approx(-2.0f * u));
 }
 
-PW_CLONES static void act_row(float *d, int64_t n, int act) {
+PW_HOT_FN(static, void, act_row, (float *d, int64_t n, int act), (d, n, act)) {
     switch (act) {
     case PW_ACT_RELU:
         for (int64_t i = 0; i < n; i++) d[i] = d[i] > 0.0f || d[i] != d[i] ? d[i] : 0.0f; /* NaN stays */
@@ -99,7 +94,7 @@ PW_CLONES static void act_row(float *d, int64_t n, int act) {
     }
 }
 
-PW_CLONES static float sum_row(const float *x, int64_t n) {
+PW_HOT_FN(static, float, sum_row, (const float *x, int64_t n), (x, n)) {
     float acc[LANES] = {0};
     int64_t i = 0;
     for (; i + LANES <= n; i += LANES)
@@ -111,7 +106,7 @@ PW_CLONES static float sum_row(const float *x, int64_t n) {
 }
 
 /* sum of (x - mean)^2 */
-PW_CLONES static float sq_dev_row(const float *x, int64_t n, float mean) {
+PW_HOT_FN(static, float, sq_dev_row, (const float *x, int64_t n, float mean), (x, n, mean)) {
     float acc[LANES] = {0};
     int64_t i = 0;
     for (; i + LANES <= n; i += LANES)
@@ -124,7 +119,7 @@ PW_CLONES static float sq_dev_row(const float *x, int64_t n, float mean) {
 
 /* the largest value (a NaN in the row needs no care: e^(NaN - m) makes the sum, so the whole row, NaN,
  * as torch gives) */
-PW_CLONES static float max_row(const float *x, int64_t n) {
+PW_HOT_FN(static, float, max_row, (const float *x, int64_t n), (x, n)) {
     float acc[LANES];
     int64_t i = 0;
     float m = -INFINITY;
@@ -137,7 +132,7 @@ PW_CLONES static float max_row(const float *x, int64_t n) {
 }
 
 /* d[i] = e^(x[i] - m); returns their sum */
-PW_CLONES static float exp_row(float *d, const float *x, int64_t n, float m) {
+PW_HOT_FN(static, float, exp_row, (float *d, const float *x, int64_t n, float m), (d, x, n, m)) {
     float acc[LANES] = {0};
     int64_t i = 0;
     for (; i + LANES <= n; i += LANES)
@@ -190,7 +185,7 @@ int pw_embedding_tile(const int64_t *L, const int32_t *lo, const int32_t *hi) {
 
 /* (x - mean) / sqrt(var + eps) * weight + bias over the last dim, statistics of the whole row in two
  * passes; x at S_XSTRIDE, weight (S_W) and bias (S_BIAS) optional, eps at S_SCALAR. */
-PW_CLONES int pw_layernorm_tile(const int64_t *L, const int32_t *lo, const int32_t *hi) {
+PW_HOT_FN(, int, pw_layernorm_tile, (const int64_t *L, const int32_t *lo, const int32_t *hi), (L, lo, hi)) {
     const box4 b = front_box(L, lo, hi);
     const float *x = in_f(L[S_X]), *w = in_f(L[S_W]), *bias = in_f(L[S_BIAS]);
     float *out = out_f(L[S_OUT]);
@@ -218,7 +213,7 @@ PW_CLONES int pw_layernorm_tile(const int64_t *L, const int32_t *lo, const int32
 
 /* softmax over the last dim; x at S_XSTRIDE. A tile spanning whole rows of unit stride computes each e^x
  * once, in place; otherwise the row's max and sum are computed whole and the box's part written. */
-PW_CLONES int pw_softmax_tile(const int64_t *L, const int32_t *lo, const int32_t *hi) {
+PW_HOT_FN(, int, pw_softmax_tile, (const int64_t *L, const int32_t *lo, const int32_t *hi), (L, lo, hi)) {
     const box4 b = front_box(L, lo, hi);
     const float *x = in_f(L[S_X]);
     float *out = out_f(L[S_OUT]);
@@ -362,7 +357,7 @@ static int operand(int64_t layout, const float **p, int64_t sr, int64_t sc, int6
  * strides broadcast. An operand that sgemm cannot read in place is packed into the scratch (after the
  * header; the conv kernel's cached im2col is then marked stale). */
 /* rows x K of a (strides sr, sc) into panels of PW_MR rows, k-major, zero rows past the end */
-PW_CLONES static void pack_panels(const float *a, int64_t sr, int64_t sc, int64_t rows, int64_t K, float *pa) {
+PW_HOT_FN(static, void, pack_panels, (const float *a, int64_t sr, int64_t sc, int64_t rows, int64_t K, float *pa), (a, sr, sc, rows, K, pa)) {
     for (int64_t r0 = 0; r0 < rows; r0 += PW_MR) {
         float *panel = pa + r0 * K;
         const int64_t n = rows - r0 < PW_MR ? rows - r0 : PW_MR;

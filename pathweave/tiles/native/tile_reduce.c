@@ -206,7 +206,7 @@ PW_INLINE void reduce_box(const int64_t *L, const int32_t *lo, const int32_t *hi
 
 /* out = the reduction (SR_KIND) of x over the dims SR_RSHAPE / SR_RSTRIDE, x's other dims read at the
  * strides S_XSTRIDE over the output's; the correction of var and std at S_SCALAR */
-PW_HOT static int reduce_tile(const int64_t *L, const int32_t *lo, const int32_t *hi) {
+PW_HOT_FN(static, int, reduce_tile, (const int64_t *L, const int32_t *lo, const int32_t *hi), (L, lo, hi)) {
     const double correction = bits_double(L[S_SCALAR]);
     reduced r = {.count = 1};
     for (int k = 0; k < 4; k++) r.n[k] = L[SR_RSHAPE + k], r.s[k] = L[SR_RSTRIDE + k], r.count *= r.n[k];
@@ -244,7 +244,7 @@ PW_INLINE void group_moments(const float *xn, const int64_t *xs, const int64_t *
 /* x * (rstd * weight[c]) + (bias[c] - mean * rstd * weight[c]) per channel c, the statistics of c's
  * group (SR_GROUPS groups along dim 1) computed over the whole group; weight (S_W), bias (S_BIAS) optional,
  * eps at S_SCALAR. A tile holding part of a group computes its statistics whole too. */
-PW_HOT static int group_norm_tile(const int64_t *L, const int32_t *lo, const int32_t *hi) {
+PW_HOT_FN(static, int, group_norm_tile, (const int64_t *L, const int32_t *lo, const int32_t *hi), (L, lo, hi)) {
     const float *x = in_f(L[S_X]), *w = in_f(L[S_W]), *bias = in_f(L[S_BIAS]);
     float *out = out_f(L[S_OUT]);
     const int64_t *os = L + S_OSHAPE, *xs = L + S_XSTRIDE, groups = L[SR_GROUPS];
@@ -280,7 +280,7 @@ static inline int64_t back(int64_t i, int64_t shift, int64_t n) { return i >= sh
 
 /* out[i] = x[(i - shift) mod n] along each dim (shifts at SR_RSTRIDE, in [0, n)); along the last dim
  * the box's part is at most two runs of x */
-PW_HOT static int roll_tile(const int64_t *L, const int32_t *lo, const int32_t *hi) {
+PW_HOT_FN(static, int, roll_tile, (const int64_t *L, const int32_t *lo, const int32_t *hi), (L, lo, hi)) {
     const float *x = in_f(L[S_X]);
     float *out = out_f(L[S_OUT]);
     const int64_t *os = L + S_OSHAPE, *xs = L + S_XSTRIDE, *sh = L + SR_RSTRIDE;
@@ -356,7 +356,7 @@ PW_INLINE void compare_u8(uint8_t *d, const uint8_t *xr, int64_t sx, const uint8
 /* out (bool bytes) = x op y (SR_KIND: PW_CMP_*), x and y of the element type SR_DTYPE at the strides
  * S_XSTRIDE and S_YSTRIDE over the output's dims (0 where they broadcast); y a number (S_SCALAR) where
  * S_Y is 0 */
-PW_HOT static int compare_tile(const int64_t *L, const int32_t *lo, const int32_t *hi) {
+PW_HOT_FN(static, int, compare_tile, (const int64_t *L, const int32_t *lo, const int32_t *hi), (L, lo, hi)) {
     uint8_t *out = (uint8_t *)(intptr_t)L[S_OUT];
     const int op = (int)L[SR_KIND], u8 = L[SR_DTYPE] == PW_DT_U8, size = u8 ? 1 : 4;
     const float yv = (float)bits_double(L[S_SCALAR]);

@@ -32,7 +32,7 @@ static int nearest_tile(const int64_t *L, const int32_t *lo, const int32_t *hi) 
 /* out = (x[i0h, i0w] * l0w + x[i0h, i1w] * l1w) * l0h + (x[i1h, i0w] * l0w + x[i1h, i1w] * l1w) * l1h,
  * eager's order of the sums (its NCHW float kernel); S_AUX: int64 (i0, i1) per output row then per output
  * column; S_W: float32 (l0, l1) the same way */
-PW_HOT static int bilinear_tile(const int64_t *L, const int32_t *lo, const int32_t *hi) {
+PW_HOT_FN(static, int, bilinear_tile, (const int64_t *L, const int32_t *lo, const int32_t *hi), (L, lo, hi)) {
     const float *x = ptr_f(L[S_X]);
     float *out = ptr_w(L[S_OUT]);
     const int64_t *os = L + S_OSHAPE, *xs = L + S_XSTRIDE;
@@ -58,7 +58,7 @@ PW_HOT static int bilinear_tile(const int64_t *L, const int32_t *lo, const int32
 
 /* pixel_shuffle by r = S_KH: out[n, c, h, w] = x[n, (c * r + h % r) * r + w % r, h / r, w / r]; a row
  * interleaves r source rows (no division per value: a division per value cost 5x the copy) */
-PW_HOT static int shuffle_tile(const int64_t *L, const int32_t *lo, const int32_t *hi) {
+PW_HOT_FN(static, int, shuffle_tile, (const int64_t *L, const int32_t *lo, const int32_t *hi), (L, lo, hi)) {
     const float *x = ptr_f(L[S_X]);
     float *out = ptr_w(L[S_OUT]);
     const int64_t *os = L + S_OSHAPE, *xs = L + S_XSTRIDE, r = L[S_KH];

@@ -35,8 +35,7 @@
 /* Split padded input rows: for each of R rows of channel c, E[j] = padded[2j] and O[j] = padded[2j + 1]
  * (j = 0..TW), padded[q] = x[row][q - pw] inside the row, 0 outside it and for rows outside
  * [r_lo, r_hi) (the input rows the tile may read). Stored as rows of 2 (TW + 1) floats: E then O. */
-PW_HOT static void split_rows(const float *xc, int64_t H, int64_t W, int64_t ih0, int64_t R, int64_t r_hi,
-                              int64_t pw, int64_t TW, float *restrict s) {
+PW_HOT_FN(static, void, split_rows, (const float *xc, int64_t H, int64_t W, int64_t ih0, int64_t R, int64_t r_hi, int64_t pw, int64_t TW, float *restrict s), (xc, H, W, ih0, R, r_hi, pw, TW, s)) {
     const int64_t n = TW + 1;
     for (int64_t r = 0; r < R; r++) {
         float *e = s + r * 2 * n, *o = e + n;
@@ -63,9 +62,7 @@ PW_HOT static void split_rows(const float *xc, int64_t H, int64_t W, int64_t ih0
 
 /* one row i of B^T d B's columns: (E, O) the row's even and odd columns (TW + 1 each), into points
  * 4i .. 4i + 3 (q0 .. q3) */
-PW_HOT static void transform_columns(const float *restrict e, const float *restrict o, int64_t TW,
-                                     float *restrict q0, float *restrict q1, float *restrict q2,
-                                     float *restrict q3) {
+PW_HOT_FN(static, void, transform_columns, (const float *restrict e, const float *restrict o, int64_t TW, float *restrict q0, float *restrict q1, float *restrict q2, float *restrict q3), (e, o, TW, q0, q1, q2, q3)) {
     for (int64_t j = 0; j < TW; j++) {
         q0[j] = e[j] - e[j + 1], q1[j] = o[j] + e[j + 1];
         q2[j] = e[j + 1] - o[j], q3[j] = o[j] - o[j + 1];
@@ -74,8 +71,7 @@ PW_HOT static void transform_columns(const float *restrict e, const float *restr
 
 /* V[pt][c][p * TW + j] for the pairs of one channel from its split rows (B^T d B: rows, then columns);
  * v: V[0][c], points pt_stride floats apart; t: 8 (TW + 1) floats for the rows' transform */
-PW_HOT static void transform_input(const float *restrict s, int64_t pairs, int64_t TW, float *restrict v,
-                                   int64_t pt_stride, float *restrict t) {
+PW_HOT_FN(static, void, transform_input, (const float *restrict s, int64_t pairs, int64_t TW, float *restrict v, int64_t pt_stride, float *restrict t), (s, pairs, TW, v, pt_stride, t)) {
     const int64_t n = TW + 1, rs = 2 * n;
     for (int64_t p = 0; p < pairs; p++) {
         /* rows: t0 = d0 - d2, t1 = d1 + d2, t2 = d2 - d1, t3 = d1 - d3, over E and O at once */
@@ -96,8 +92,7 @@ PW_HOT static void transform_input(const float *restrict s, int64_t pairs, int64
 
 /* y = A^T M A for one output channel and pair: the 2 x 2TW sums of rows 0 and 1 into y0, y1 (m: M[0]'s,
  * points pt_stride floats apart) */
-PW_HOT static void transform_output(const float *restrict m, int64_t pt_stride, int64_t TW, float *restrict y0,
-                                    float *restrict y1) {
+PW_HOT_FN(static, void, transform_output, (const float *restrict m, int64_t pt_stride, int64_t TW, float *restrict y0, float *restrict y1), (m, pt_stride, TW, y0, y1)) {
     const int64_t ps = pt_stride;
     const float *m0 = m, *m1 = m0 + ps, *m2 = m1 + ps, *m3 = m2 + ps, *m4 = m3 + ps, *m5 = m4 + ps;
     const float *m6 = m5 + ps, *m7 = m6 + ps, *m8 = m7 + ps, *m9 = m8 + ps, *m10 = m9 + ps, *m11 = m10 + ps;
@@ -114,8 +109,7 @@ PW_HOT static void transform_output(const float *restrict m, int64_t pt_stride, 
 }
 
 /* d[q] = act(y[q] + b + r[q]) over q < n (r may be NULL); ReLU here, the other activations after */
-PW_HOT static void store_row(float *restrict d, const float *restrict y, const float *restrict r, float b,
-                             int64_t n, int relu) {
+PW_HOT_FN(static, void, store_row, (float *restrict d, const float *restrict y, const float *restrict r, float b, int64_t n, int relu), (d, y, r, b, n, relu)) {
     if (r)
         for (int64_t q = 0; q < n; q++) d[q] = y[q] + b + r[q];
     else
@@ -125,7 +119,7 @@ PW_HOT static void store_row(float *restrict d, const float *restrict y, const f
 }
 
 /* whether any of n floats is +-inf; integer compares, so that it vectorises and NaN does not count */
-PW_HOT static int any_inf(const float *x, int64_t n) {
+PW_HOT_FN(static, int, any_inf, (const float *x, int64_t n), (x, n)) {
     uint32_t hit = 0;
     for (int64_t i = 0; i < n; i++) {
         uint32_t u;
