@@ -15,6 +15,7 @@ setup(
                 "pathweave/tiles/native/tile_gemm.c",
                 "pathweave/tiles/native/tile_gemm_t.c",
                 "pathweave/tiles/native/tile_pool_s1.c",
+                "pathweave/tiles/native/tile_depthwise.c",
                 "pathweave/tiles/native/tile_pool_s2.c",
                 "pathweave/tiles/native/tile_winograd.c",
                 "pathweave/tiles/native/tile_resize.c",

@@ -29,6 +29,10 @@ K_EMBEDDING, K_LAYERNORM, K_SOFTMAX, K_MAP, K_MATMUL, K_WHERE, K_CONVERT, K_COPY
 K_REDUCE, K_GROUPNORM, K_ROLL, K_COMPARE = range(40, 44)
 #: tile_resize.c's (45..49)
 K_NEAREST, K_BILINEAR, K_SHUFFLE = range(45, 48)
+#: tile_depthwise.c's (50..54)
+K_DEPTHWISE = 50
+#: floats after each phase row of its padded copy (PW_DW_SLACK)
+DW_SLACK = 16
 #: how a convolution uses its packed weights (slot S_WPACK_T)
 PACK_PANELS, PACK_TRANSPOSED, PACK_PADDED, PACK_WINOGRAD = range(4)
 #: epilogue activations (slot S_ACT); ACT_GELU_TANH is tile_kernels_seq.h's; from ACT_SILU on tile_act.c's

@@ -27,12 +27,14 @@ from pathweave.tiles.abi import (
     ACT_SQUARE,
     ACTS,
     BINOPS,
+    DW_SLACK,
     K_ADAPTIVE,
     K_AFFINE,
     K_AVGPOOL,
     K_BILINEAR,
     K_CAT,
     K_CONV,
+    K_DEPTHWISE,
     K_EWISE,
     K_LINEAR,
     K_MAXPOOL,
@@ -51,6 +53,7 @@ from pathweave.tiles.abi import (
     S_BIAS,
     S_BINOP,
     S_COUNT_PAD,
+    S_DH,
     S_DIVISOR,
     S_DW,
     S_GROUPS,
@@ -63,6 +66,7 @@ from pathweave.tiles.abi import (
     S_PW,
     S_SCALAR,
     S_SH,
+    S_SW,
     S_W,
     S_WPACK,
     S_WPACK_T,
@@ -72,7 +76,7 @@ from pathweave.tiles.abi import (
     S_Y,
     S_YSTRIDE,
 )
-from pathweave.tiles.conv_layout import conv_layout
+from pathweave.tiles.conv_layout import conv_layout, is_depthwise
 from pathweave.tiles.maps import as_ints
 from pathweave.tiles.resize import kernel_tables, resize_of
 from pathweave.tiles.rows import (
@@ -148,6 +152,8 @@ def conv(t: LayerRow) -> int:
     lo, hi = t.graph.layer_tile_start[t.index], t.graph.layer_tile_start[t.index + 1]
     if np.any(t.graph.tile_lo[lo:hi, 3] != 0) or np.any(t.graph.tile_hi[lo:hi, 3] != out[3]):
         raise NoKernel("tiles must span whole output rows")
+    if is_depthwise(node):
+        return _depthwise(t, x)
     # narrow tiles and padded inputs take the transposed micro-kernel, 3x3 layers Winograd's, at every
     # instruction set level (the C picks each kernel's width at run time); they need the weights in panels
     # of the transposed kernel's height
@@ -167,6 +173,18 @@ def conv(t: LayerRow) -> int:
     # takes this decision from the row, so the scratch sized here always fits what it does
     row[S_POINTWISE] = kh == kw == 1 and (sh, sw, ph, pw) == (1, 1, 0, 0) and out[2:] == x.shape[2:]
     return _conv_scratch(t, x, layout, k=x.shape[1] // int(args["groups"]) * kh * kw)
+
+
+def _depthwise(t: LayerRow, x: View) -> int:
+    """A depthwise convolution (``is_depthwise``) on native/tile_depthwise.c's kernel; the scratch its
+    tiles need (``pw_depthwise_scratch``): the input rows of one channel, zero-padded, split by column
+    phase, and one padded row before the split."""
+    row = t.row
+    row[S_OP] = K_DEPTHWISE
+    kh, sh, sw, pw, dh = (int(row[s]) for s in (S_KH, S_SH, S_SW, S_PW, S_DH))
+    rows = (t.graph.largest_extent(t.index, 2) - 1) * sh + (kh - 1) * dh + 1
+    copied = (-(-(x.shape[3] + 2 * pw) // sw) + DW_SLACK) * sw
+    return rows * copied + copied + 4 * DW_SLACK
 
 
 def _conv_scratch(t: LayerRow, x: View, layout: str | None, k: int) -> int:

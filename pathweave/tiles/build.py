@@ -25,7 +25,13 @@ from pathweave.analysis.cost import node_cost
 from pathweave.analysis.ops import op_name
 from pathweave.errors import InputError
 from pathweave.frontend.shapes import tensor_specs
-from pathweave.tiles.conv_layout import NARROW_ALIGN, WINOGRAD_MIN_BLOCKS, WINOGRAD_MIN_CHANNELS, conv_layout
+from pathweave.tiles.conv_layout import (
+    NARROW_ALIGN,
+    WINOGRAD_MIN_BLOCKS,
+    WINOGRAD_MIN_CHANNELS,
+    conv_layout,
+    is_depthwise,
+)
 from pathweave.tiles.graph import MAX_DIMS, TileGraph, tile_boxes, transpose_csr
 from pathweave.tiles.grid import Grid, make_grid
 from pathweave.tiles.maps import GROUP_NORMS, NodeMaps, RegionMap, bound_args, group_count, shape
@@ -46,6 +52,10 @@ FEATURE_ALIGN = 16
 #: the smallest linear / matmul tile: rows by output features (BERT's 128 x 768 x 768 on one core:
 #: ~120 GFLOP/s in tiles of 64 x 64, ~175 in tiles of 128 x 128)
 MATMUL_MIN_ROWS, MATMUL_MIN_FEATURES = 128, 128
+#: depthwise convolution tiles (native/tile_depthwise.c) split channels only, in pieces of at least this
+#: many, and a layer takes at least DEPTHWISE_MIN_TILES of them (where it has the channels), so that the
+#: workers share it: its work per byte is low and its ~10-40 us per layer ran on one worker otherwise
+DEPTHWISE_MIN_CHANNELS, DEPTHWISE_MIN_TILES = 8, 2
 
 #: one input of a layer as the graph reads it: producer layer index and the maps composed to reach it
 Input = tuple[int, tuple[RegionMap, ...]]
@@ -124,6 +134,8 @@ def _align(node: torch.fx.Node, winograd_min_channels: int) -> tuple[int, ...] |
     channel pieces on whole groups."""
     dims = shape(node)
     kind = TILE_OPS[op_name(node)].kind
+    if kind == "conv" and len(dims) == 4 and is_depthwise(node):
+        return (1, CHANNEL_ALIGN, 1, 1)
     if kind == "conv" and len(dims) == 4:
         layout = conv_layout(node, winograd_min_channels)
         if layout == "winograd":
@@ -147,6 +159,8 @@ def _min_piece(node: torch.fx.Node, winograd_min_channels: int) -> tuple[int, ..
     whole = op.whole(node) if op.whole else set()
     if whole:  # a tile of a layer norm or softmax computes its rows' statistics once: whole rows
         return tuple(n if d in whole else 1 for d, n in enumerate(dims))
+    if op.kind == "conv" and len(dims) == 4 and is_depthwise(node):  # channels only: no halo copied twice
+        return (1, DEPTHWISE_MIN_CHANNELS, dims[2], 1)
     if op.kind == "conv" and len(dims) == 4 and conv_layout(node, winograd_min_channels) == "winograd":
         rows = max(1, min(dims[2] // 2, 2 * math.ceil(WINOGRAD_MIN_BLOCKS / math.ceil(dims[3] / 2))))
         return (1, dims[1], rows, 1)
@@ -204,7 +218,8 @@ def _default_count(
     # activations only: a weight is shared by all tiles, an embedding table is read a few rows at a time
     moved = [node, *(a for a in node.all_input_nodes if a.op != "get_attr")]
     nbytes = sum(s.nbytes for n in moved for s in tensor_specs(n))
-    return max(1, math.ceil((node_cost(node, kind=op.kind).flops + BYTE_WORK * nbytes) / work))
+    count = max(1, math.ceil((node_cost(node, kind=op.kind).flops + BYTE_WORK * nbytes) / work))
+    return max(count, DEPTHWISE_MIN_TILES) if is_depthwise(node) else count
 
 
 def _parents(

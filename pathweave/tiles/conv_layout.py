@@ -43,6 +43,25 @@ PADDED_MIN_K_STRIDED = 128
 #: ``winograd_min_channels``; 10**9 keeps every 3x3 layer direct
 WINOGRAD_MIN_CHANNELS, WINOGRAD_MIN_WIDTH = 32, 14
 WINOGRAD_MIN_BLOCKS = 28
+#: the most taps (kh * kw) of a window that the depthwise kernel takes (native/tile_depthwise.c)
+DEPTHWISE_MAX_TAPS = 64
+
+
+def is_depthwise(node: torch.fx.Node) -> bool:
+    """A 2-D convolution whose groups each read one input channel (groups == input channels), numeric
+    padding and at most ``DEPTHWISE_MAX_TAPS`` taps: native/tile_depthwise.c's (MobileNet's, EfficientNet's
+    and NASNet's 3x3, 5x5 and 7x7 layers), whose tiles split channels (no halo rows copied twice)."""
+    if op_name(node) not in ("conv2d", "conv2d_act") or len(shape(node)) != 4:
+        return False
+    args = bound_args(node)
+    weight, x = args.get("weight"), args.get("input")
+    if not isinstance(weight, torch.fx.Node) or not isinstance(x, torch.fx.Node):
+        return False
+    w, xv = weight.meta.get("val"), x.meta.get("val")
+    if w is None or xv is None or len(xv.shape) != 4 or isinstance(args.get("padding"), str):
+        return False
+    taps = w.shape[2] * w.shape[3]
+    return args.get("groups", 1) == xv.shape[1] and w.shape[1] == 1 and taps <= DEPTHWISE_MAX_TAPS
 
 
 def conv_layout(node: torch.fx.Node, winograd_min_channels: int = WINOGRAD_MIN_CHANNELS) -> str | None:

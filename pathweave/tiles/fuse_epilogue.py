@@ -6,6 +6,7 @@ first by ``fold_bn``):
 - ``relu|gelu|tanh(linear(x))`` -> ``pathweave::linear_act``; GELU in both forms, GPT-2's tanh form as
   act ``gelu_tanh`` (linear only: the matmul kernel of ``tile_kernels_seq.c`` computes it);
 - the same with silu, hardswish, hardsigmoid and ReLU6 (``hardtanh(0, 6)``, act ``relu6``) for relu;
+  ``sigmoid(conv2d(x))`` too (a squeeze-excitation gate: one task less per block);
 - ``relu|gelu|tanh(batch_norm(x))`` in inference form (one not folded into a convolution: DenseNet's
   after each concatenation) -> ``pathweave::batch_norm_act``, one pass over the tensor instead of two;
   with ``x = cat(...)`` read by the batch norm alone -> ``pathweave::cat_batch_norm_act`` (the copy of
@@ -37,7 +38,7 @@ from pathweave.passes.util import (
     sole_user,
 )
 
-ACTS = ("none", "relu", "gelu", "tanh", "gelu_tanh", "silu", "hardswish", "hardsigmoid", "relu6")
+ACTS = ("none", "relu", "gelu", "tanh", "gelu_tanh", "silu", "hardswish", "hardsigmoid", "relu6", "sigmoid")
 _ACT_OPS = {
     aten.relu.default: "relu",
     aten.gelu.default: "gelu",
@@ -57,6 +58,7 @@ _EAGER = {
     "hardswish": F.hardswish,
     "hardsigmoid": F.hardsigmoid,
     "relu6": lambda y: F.hardtanh(y, 0.0, 6.0),
+    "sigmoid": torch.sigmoid,
 }
 
 
@@ -133,7 +135,11 @@ class Fuse:
     cat: str | None = None  # a batch norm's input, a concatenation that only the batch norm reads
 
 
-def _act(node: torch.fx.Node | None, gelu_tanh: bool = False) -> str | None:
+def _act(node: torch.fx.Node | None, gelu_tanh: bool = False, sigmoid: bool = False) -> str | None:
+    """The epilogue activation ``node`` computes, or None. ``sigmoid``: a convolution's (the gate of a
+    squeeze-excitation block: its second 1x1 convolution); the linear kernels' epilogues lack it."""
+    if sigmoid and node is not None and node.op == "call_function" and node.target == aten.sigmoid.default:
+        return "sigmoid"
     if node is None or node.op != "call_function" or node.target not in _ACT_OPS:
         return None
     if node.target == aten.gelu.default and node.kwargs.get("approximate", "none") != "none":
@@ -167,8 +173,8 @@ def propose(gm: torch.fx.GraphModule) -> list[Fuse]:
                 after = sole_user(user)
                 act = _act(after)
                 found.append(Fuse(node.name, user.name, after.name if act else None, act or "none"))
-            elif _act(user):
-                found.append(Fuse(node.name, None, user.name, _act(user)))
+            elif act := _act(user, sigmoid=True):
+                found.append(Fuse(node.name, None, user.name, act))
         elif node.target == aten.linear.default and _act(user, gelu_tanh=True):
             found.append(Fuse(node.name, None, user.name, _act(user, gelu_tanh=True)))
         elif inference_bn(node) and (out := bn_output(node)) is not None:

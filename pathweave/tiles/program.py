@@ -20,6 +20,7 @@ import torch.utils._pytree as pytree
 from pathweave.analysis.ops import op_name
 from pathweave.tiles.abi import (
     K_CONV,
+    K_DEPTHWISE,
     PACKS,
     S_GROUPS,
     S_OP,
@@ -162,12 +163,14 @@ def kernel_names(layers: np.ndarray) -> list[str]:
     packed micro-kernels, "1x1" on the input as it lies, "depthwise", "sgemm"); "" for other layers."""
     names = []
     for row in layers:
-        if row[S_OP] != K_CONV:
+        if row[S_OP] == K_DEPTHWISE:
+            names.append("depthwise")
+        elif row[S_OP] != K_CONV:
             names.append("")
         elif row[S_WPACK]:
             kind = CONV_KERNELS[int(row[S_WPACK_T])]
             names.append("1x1" if kind == "direct" and row[S_POINTWISE] else kind)
-        else:  # OpenBLAS, or the direct depthwise loop for one input channel per group
+        else:  # OpenBLAS, or tile_kernels.c's depthwise loop (windows of more taps than tile_depthwise.c's)
             depthwise = row[S_XSHAPE + 1] == row[S_GROUPS] and not row[S_POINTWISE]  # tile_kernels.c's test
-            names.append("depthwise" if depthwise else "sgemm")
+            names.append("depthwise loop" if depthwise else "sgemm")
     return names

@@ -95,3 +95,43 @@ def test_batch_norm_then_activation(decomposed: bool) -> None:
     assert targets.count("pathweave.batch_norm_act.default") == 1 and targets.count("aten.relu.default") == 1
     with torch.no_grad():
         torch.testing.assert_close(gm(x)[0], model(x), rtol=1e-5, atol=1e-6)
+
+
+class _SqueezeExcite(torch.nn.Module):
+    """EfficientNet's squeeze-excitation: global mean, 1x1 + SiLU, 1x1 + sigmoid, the channels scaled;
+    and a sigmoid after a linear, which stays apart (the linear kernels' epilogues lack it)."""
+
+    def __init__(self, c: int) -> None:
+        super().__init__()
+        self.a = torch.nn.Conv2d(c, 8, 1)
+        self.b = torch.nn.Conv2d(8, c, 1)
+        self.fc = torch.nn.Linear(c, 5)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        g = F.adaptive_avg_pool2d(x, 1)
+        y = x * torch.sigmoid(self.b(F.silu(self.a(g))))
+        return y, torch.sigmoid(self.fc(g.flatten(1)))
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1, 1), (2, 3, 5, 7), (1, 17, 17, 17), (2, 33, 7, 9)])
+def test_squeeze_excitation_gate_fused(shape: tuple[int, ...], outputs_close) -> None:  # noqa: ANN001
+    """The gate's sigmoid joins its convolution's epilogue (the linear's does not); the global pool's lane
+    sums and the fused gate give eager's values, NaN and +-inf included."""
+    from pathweave.tiles.strategy import TilesStrategy
+
+    torch.manual_seed(0)
+    net = _SqueezeExcite(shape[1]).eval()
+    strat = TilesStrategy(pathweave.capture(net, torch.randn(shape)), threads=2)
+    try:
+        ops = [str(o) for o in strat.graph.layer_ops]
+        assert ops.count("conv2d_act") == 2 and ops.count("sigmoid") == 1
+        x = torch.randn(shape, generator=torch.Generator().manual_seed(1))
+        with torch.no_grad():
+            outputs_close(strat(x), net(x), rtol=1e-5, atol_scale=1e-5)
+        x[0, 0, 0, 0] = float("nan")
+        x[-1, -1, -1, -1] = float("inf")
+        with torch.no_grad():
+            for got, want in zip(strat(x), net(x), strict=True):
+                torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5, equal_nan=True)
+    finally:
+        strat.close()

@@ -69,6 +69,10 @@ enum {
     PW_K_BILINEAR = 46, /* upsample_bilinear2d: source pairs (S_AUX) and weights (S_W) from tables */
     PW_K_SHUFFLE = 47   /* pixel_shuffle by S_KH */
 };
+/* depthwise convolution (tile_depthwise.c), codes 50..54: a convolution's slots, groups == input channels */
+enum { PW_K_DEPTHWISE = 50 };
+/* floats after each phase row of a depthwise tile's padded copy that its vector loads may read */
+#define PW_DW_SLACK 16
 
 /* packed convolution weights (slot S_WPACK_T): panels of PW_MR rows, or of PW_TR rows for the transposed
  * micro-kernel over an im2col or the input as it lies, or over the input copied with zero padding
@@ -146,6 +150,15 @@ int pw_tile_kernel(const int64_t *layer, const int32_t *lo, const int32_t *hi, f
 
 /* one tile of a resizing layer (PW_K_NEAREST, PW_K_BILINEAR, PW_K_SHUFFLE) (tile_resize.c); 0 on success */
 int pw_resize_tile(const int64_t *layer, const int32_t *lo, const int32_t *hi);
+
+/* one tile of PW_K_DEPTHWISE (tile_depthwise.c): whole output rows; 0 on success */
+int pw_depthwise_tile(const int64_t *layer, const int32_t *lo, const int32_t *hi, float *scratch);
+
+/* the scratch floats (after the header) a PW_K_DEPTHWISE tile of at most rows output rows needs */
+int64_t pw_depthwise_scratch(const int64_t *layer, int64_t rows);
+
+/* any epilogue activation without parameters (PW_ACT_*) over n values in place (tile_kernels.c) */
+void pw_activate(float *d, int64_t n, int act);
 
 /* act (PW_ACT_SILU or later) over n values in place; p: its parameters (3 floats; NULL for those that
  * take none) (tile_act.c) */
