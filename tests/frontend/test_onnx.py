@@ -213,6 +213,36 @@ def test_external_data_is_read_only_from_the_model_folder(tmp_path) -> None:
         onnx_module(path, (torch.randn(1, 3, 8, 8),))
 
 
+def test_a_model_saved_with_external_data_by_onnx_loads(tmp_path) -> None:
+    """``onnx.save_model(..., save_as_external_data=True)``, one file or one per tensor, as users write it."""
+    x = torch.randn(1, 3, 8, 8)
+    want = onnx_module(_saved(tmp_path / "plain.onnx", _conv_model()), (x,), crosscheck=False)[0](x)
+    for one_file in (True, False):
+        folder = tmp_path / f"ext{one_file}"
+        folder.mkdir()
+        path = folder / "model.onnx"
+        onnx.save_model(_conv_model(), str(path), save_as_external_data=True,
+                        all_tensors_to_one_file=one_file, size_threshold=0)  # fmt: skip
+        assert len(list(folder.iterdir())) == 2 and path.stat().st_size < 8 * 3 * 3 * 3 * 4
+        gm, _ = onnx_module(path, (x,))  # cross-checked against ONNX Runtime too
+        torch.testing.assert_close(gm(x), want, rtol=0, atol=0)
+
+
+def test_a_file_over_2_gb_is_refused_before_it_is_read(tmp_path) -> None:
+    """protobuf cannot parse it: the error says to keep the weights as external data (a sparse file: no disk)."""
+    path = tmp_path / "big.onnx"
+    with open(path, "wb") as f:
+        f.write(_conv_model().SerializeToString())
+        f.truncate(2**31 + 10)
+    with pytest.raises(InputError, match="over 2 GB.*save_as_external_data=True"):
+        pathweave.optimize(path, torch.randn(1, 3, 8, 8), strategy="sequential")
+
+
+def _saved(path, model: onnx.ModelProto):
+    onnx.save(model, str(path))
+    return path
+
+
 def test_crosscheck_switch(tmp_path, monkeypatch) -> None:
     from pathweave.frontend.onnx import crosscheck_enabled
 
