@@ -229,7 +229,7 @@ def test_a_model_saved_with_external_data_by_onnx_loads(tmp_path) -> None:
 
 
 def test_a_file_over_2_gb_is_refused_before_it_is_read(tmp_path) -> None:
-    """protobuf cannot parse it: the error says to keep the weights as external data (a sparse file: no disk)."""
+    """protobuf cannot parse it: the error says to keep the weights as external data (a sparse file)."""
     path = tmp_path / "big.onnx"
     with open(path, "wb") as f:
         f.write(_conv_model().SerializeToString())
