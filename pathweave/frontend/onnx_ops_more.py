@@ -471,14 +471,23 @@ def identity(n: OnnxNode) -> Any:
 
 @op("Dropout", attrs=("ratio", "seed", "is_test"))
 def dropout(n: OnnxNode) -> Any:
-    """Inference only: training_mode (input 2) must be absent or a constant false."""
+    """Inference only: training_mode (input 2) must be absent or a constant false, or the ratio a constant 0
+    (then training drops nothing: the spec's output is the input and an all-true mask)."""
     if n.opset < 7 and not n.at.get("is_test", 0):
         raise UnsupportedError("Dropout before opset 7 without is_test=1 is random; export in eval mode")
-    if n.has(2) and bool(n.const(2, "training_mode").reshape(-1)[0]):
+    training = n.has(2) and bool(n.const(2, "training_mode").reshape(-1)[0])
+    if training and _dropout_ratio(n) != 0.0:
         raise UnsupportedError("Dropout with training_mode=true is random; export in eval mode")
     y = n.call(aten.clone.default, n.x(0))
     mask = n.call(aten.ones_like.default, n.x(0), dtype=torch.bool if n.opset >= 10 else n.val(0).dtype)
     return y, mask
+
+
+def _dropout_ratio(n: OnnxNode) -> float:
+    """The drop ratio: input 1 from opset 12 (default 0.5), else the ``ratio`` attribute (default 0.5)."""
+    if n.opset >= 12:
+        return float(n.const(1, "ratio").reshape(-1)[0]) if n.has(1) else 0.5
+    return float(n.at.get("ratio", 0.5))
 
 
 @op("Softmax", "LogSoftmax", "Hardmax", attrs=("axis",))

@@ -40,7 +40,9 @@ def constant_of_shape(n: OnnxNode) -> Any:
 
     dims = n.ints(0, "shape")
     value = tensor_from_proto(n.at["value"], numpy_helper) if "value" in n.at else torch.zeros(1)
-    return n.constant(value.reshape(-1)[:1].expand(dims).clone())
+    # the one element as a 0-d tensor: it expands to any shape, a 0-d one too (an empty ``shape`` input,
+    # as TorchScript exports of attention masks write)
+    return n.constant(value.reshape(-1)[0].expand(dims).clone())
 
 
 @op("Range")

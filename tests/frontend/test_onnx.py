@@ -213,6 +213,36 @@ def test_external_data_is_read_only_from_the_model_folder(tmp_path) -> None:
         onnx_module(path, (torch.randn(1, 3, 8, 8),))
 
 
+def test_a_model_saved_with_external_data_by_onnx_loads(tmp_path) -> None:
+    """``onnx.save_model(..., save_as_external_data=True)``, one file or one per tensor, as users write it."""
+    x = torch.randn(1, 3, 8, 8)
+    want = onnx_module(_saved(tmp_path / "plain.onnx", _conv_model()), (x,), crosscheck=False)[0](x)
+    for one_file in (True, False):
+        folder = tmp_path / f"ext{one_file}"
+        folder.mkdir()
+        path = folder / "model.onnx"
+        onnx.save_model(_conv_model(), str(path), save_as_external_data=True,
+                        all_tensors_to_one_file=one_file, size_threshold=0)  # fmt: skip
+        assert len(list(folder.iterdir())) == 2 and path.stat().st_size < 8 * 3 * 3 * 3 * 4
+        gm, _ = onnx_module(path, (x,))  # cross-checked against ONNX Runtime too
+        torch.testing.assert_close(gm(x), want, rtol=0, atol=0)
+
+
+def test_a_file_over_2_gb_is_refused_before_it_is_read(tmp_path) -> None:
+    """protobuf cannot parse it: the error says to keep the weights as external data (a sparse file)."""
+    path = tmp_path / "big.onnx"
+    with open(path, "wb") as f:
+        f.write(_conv_model().SerializeToString())
+        f.truncate(2**31 + 10)
+    with pytest.raises(InputError, match="over 2 GB.*save_as_external_data=True"):
+        pathweave.optimize(path, torch.randn(1, 3, 8, 8), strategy="sequential")
+
+
+def _saved(path, model: onnx.ModelProto):
+    onnx.save(model, str(path))
+    return path
+
+
 def test_crosscheck_switch(tmp_path, monkeypatch) -> None:
     from pathweave.frontend.onnx import crosscheck_enabled
 
@@ -450,3 +480,33 @@ def test_if_with_a_condition_known_at_capture_is_inlined(tmp_path) -> None:
         else:
             gm, _ = onnx_module(path, (x,))  # 8 + 9 > 3: the then branch, and ORT agrees
             assert torch.equal(gm(x)[0], want(x))
+
+
+def test_constant_of_shape_with_an_empty_shape_gives_a_scalar(tmp_path) -> None:
+    """TorchScript exports of BERT with an attention mask write ConstantOfShape(Shape(a 0-d value)): the
+    shape is empty and the output 0-d; it was refused (the one-element value could not expand to [])."""
+    value = helper.make_tensor("v", TensorProto.FLOAT, [1], [3.5])
+    nodes = [
+        helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+        helper.make_node("Shape", ["s"], ["shape"]),
+        helper.make_node("ConstantOfShape", ["shape"], ["c"], value=value),
+        helper.make_node("Mul", ["s", "c"], ["y"]),
+    ]
+    _check(tmp_path, _graph(nodes, [_vi("x", [2, 3])], [_vi("y", None)]), np.ones((2, 3), np.float32))
+
+
+@pytest.mark.parametrize("ratio", [0.0, 0.5])
+def test_training_mode_dropout_runs_only_where_it_drops_nothing(tmp_path, ratio: float) -> None:
+    """The dynamo exporter writes Dropout(x, ratio, training_mode=true) for a module left in train mode; a
+    ratio of 0 drops nothing (output = input, mask all true), any other ratio is random and refused."""
+    nodes = [helper.make_node("Dropout", ["x", "r", "t"], ["y", "mask"])]
+    inits = [_const("r", ratio, np.float32), _const("t", True, np.bool_)]
+    outputs = [_vi("y", None), _vi("mask", None, TensorProto.BOOL)]
+    model = _graph(nodes, [_vi("x", [2, 5])], outputs, inits)
+    x = np.random.default_rng(0).standard_normal((2, 5)).astype(np.float32)
+    if ratio == 0.0:
+        _check(tmp_path, model, x)
+        return
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    with pytest.raises(UnsupportedError, match="Dropout node.*training_mode=true is random"):
+        onnx_module(tmp_path / "m.onnx", (torch.from_numpy(x),), crosscheck=False)
