@@ -103,6 +103,11 @@ class Strategy:
     def quiesce(self) -> None:
         """Let worker threads rest before another strategy is timed (nothing by default)."""
 
+    def saved_options(self) -> dict[str, Any]:
+        """Options that rebuild this plan without measuring again (``pathweave.save`` keeps them for a
+        load on the same machine): what the builder measured, as plain data; nothing by default."""
+        return {}
+
     @property
     def label(self) -> str:
         """The strategy and, where it has one, its variant (e.g. ``streams:single``)."""

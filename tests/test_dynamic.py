@@ -145,3 +145,53 @@ def test_captured_graphs_cannot_be_dynamic(model: torch.nn.Module) -> None:
     captured = pathweave.capture(model, *_inputs(1, 8))
     with pytest.raises(InputError, match="fixed shapes"):
         pathweave.optimize(captured, dynamic={"batch": (1, 4)})
+
+
+class _Stub(pathweave.strategy.Strategy):
+    """A plan whose recipe says what auto chose (or the strategy asked for) at its shape."""
+
+    def __init__(self, model: torch.nn.Module, args: tuple, strategy: str, auto: bool) -> None:
+        self.captured = pathweave.capture(model, *args)
+        self.strategy = strategy
+        self.recipe = {"strategy": strategy, "options": {}, "auto": auto}
+        self.auto_times_ms = {strategy: 1.0} if auto else {}
+        self.guard = pathweave.strategy.CallGuard("stub", exclusive=False)
+
+    def run_flat(self, flat: list[torch.Tensor]) -> tuple:
+        return tuple(self.captured.gm(*flat))
+
+
+def test_auto_chooses_again_per_size_class(model: torch.nn.Module, caplog: pytest.LogCaptureFixture) -> None:
+    """Auto (stubbed: 'lanes' at batch >= 4, else 'tiles') runs again once per size class met (batch 1;
+    2; 3-5; 6-8 from batch 1), each other shape builds its class's choice without timing."""
+    calls: list[tuple[int, str | None]] = []
+
+    def build(args: tuple, kw: dict, strategy: str | None, options: dict | None) -> _Stub:
+        batch = args[0].shape[0]
+        calls.append((batch, strategy))
+        chosen = strategy or ("lanes" if batch >= 4 else "tiles")
+        return _Stub(model, args, chosen, auto=strategy is None)
+
+    dims = parse_dynamic({"batch": (1, 8)}, list(_inputs(1, 8)))
+    fast = DynamicStrategy(build, _inputs(1, 8), {}, dims)
+    try:
+        with caplog.at_level(logging.INFO, logger="pathweave"), torch.no_grad():
+            for b in (1, 2, 3, 4, 8, 7, 5, 6):
+                x = _inputs(b, 8, seed=b)
+                torch.testing.assert_close(fast(*x), model(*x), rtol=1e-4, atol=1e-5)
+    finally:
+        fast.close()
+    assert calls == [(1, None), (2, None), (3, None), (4, "tiles"), (8, None), (7, "lanes"), (5, "tiles"),
+                     (6, "lanes")]  # fmt: skip
+    assert sum("auto chose" in r.getMessage() for r in caplog.records) == 3
+    assert fast.choices[(3,)][0] == "lanes"
+
+
+def test_a_fixed_strategy_is_never_chosen_again(model: torch.nn.Module) -> None:
+    fast = pathweave.optimize(model, *_inputs(1, 8), strategy="sequential", dynamic={"batch": (1, 8)})
+    try:
+        with torch.no_grad():
+            fast(*_inputs(8, 8))
+        assert list(fast.choices) == [()] and fast.plans == 2
+    finally:
+        fast.close()

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import pickle
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -104,6 +106,11 @@ def _rewrite(src: Path, dst: Path, change: dict[str, bytes | None], compress: bo
     return dst
 
 
+def _entry(plan: Path, name: str) -> bytes:
+    with zipfile.ZipFile(plan) as z:
+        return z.read(name)
+
+
 def _manifest(plan: Path) -> dict:
     with zipfile.ZipFile(plan) as z:
         return json.loads(z.read("manifest.json"))
@@ -115,7 +122,8 @@ def _manifest(plan: Path) -> dict:
         ("truncated", "truncated"),
         ("not_zip", "truncated"),
         ("tampered_input", "checksum"),
-        ("no_program", "no program.pt2"),
+        ("no_graph", "no graph.json"),
+        ("tampered_constant", "constants/0.bin does not match its checksum"),
         ("compressed", "compressed"),
         ("format", "format version"),
         ("foreign", "not a pathweave plan"),
@@ -136,8 +144,10 @@ def test_bad_files_get_a_pathweave_error(plan: Path, tmp_path: Path, case: str, 
         bad.write_bytes(b"\x80\x04K\x01.")  # a pickle
     elif case == "tampered_input":
         _rewrite(plan, bad, {"inputs/0.bin": bytes(88)})
-    elif case == "no_program":
-        _rewrite(plan, bad, {"program.pt2": None})
+    elif case == "no_graph":
+        _rewrite(plan, bad, {"graph.json": None})
+    elif case == "tampered_constant":
+        _rewrite(plan, bad, {"constants/0.bin": bytes(len(_entry(plan, "constants/0.bin")))})
     elif case == "compressed":
         _rewrite(plan, bad, {}, compress=True)
     elif case == "manifest_garbage":
@@ -180,3 +190,105 @@ def test_cli_optimize_writes_a_plan(tmp_path: Path, capsys: pytest.CaptureFixtur
     fast = pathweave.load(out)
     assert fast.recipe["strategy"] == "sequential"
     fast.close()
+
+
+def _edit_graph(plan: Path, bad: Path, edit: Callable[[list[dict]], None]) -> Path:
+    """A copy of ``plan`` whose graph.json ``edit`` changed, with a matching checksum (as an attacker
+    would write it): what is refused then is the graph itself."""
+    graph = json.loads(_entry(plan, "graph.json"))
+    edit(graph["nodes"])
+    raw = json.dumps(graph).encode()
+    m = _manifest(plan)
+    m["sha256"]["graph.json"] = hashlib.sha256(raw).hexdigest()
+    return _rewrite(plan, bad, {"graph.json": raw, "manifest.json": json.dumps(m).encode()})
+
+
+def _first_call(nodes: list[dict]) -> dict:
+    return next(n for n in nodes if n["op"] == "call_function")
+
+
+def _huge(nodes: list[dict]) -> None:
+    """A node whose constant arguments ask for 2**40 elements, its declared value small."""
+    _first_call(nodes).update(target="torch.ops.aten.ones.default", args={"tuple": [{"list": [1 << 40]}]},
+                              kwargs={"dict": {}})  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "edit, match",
+    [
+        (lambda ns: _first_call(ns).update(target="builtins.eval"), "not an operator"),
+        (
+            lambda ns: _first_call(ns).update(target="torch.ops.aten.from_file.default"),
+            "reads or writes files",
+        ),
+        (lambda ns: _first_call(ns).update(target="torch.ops.aten._reshape_alias.default"), "does not run"),
+        (lambda ns: _first_call(ns).update(name="x=__import__('os')"), "not a node name"),
+        (lambda ns: _first_call(ns).update(op="call_module", target="os"), "not one pathweave reads"),
+        (lambda ns: _first_call(ns).update(args={"tuple": [{"node": "later"}]}), "not defined before"),
+        (lambda ns: _first_call(ns).update(args={"tuple": [{"dtype": "load"}]}), "not a torch dtype"),
+        (
+            lambda ns: _first_call(ns).update(args={"tuple": [{"pickle": "x"}]}),
+            "not a value pathweave writes",
+        ),
+        (_huge, "at most"),
+    ],
+)
+def test_graph_entries_are_data_only(plan: Path, tmp_path: Path, edit: Callable, match: str) -> None:
+    bad = _edit_graph(plan, tmp_path / "bad.pw", edit)
+    with pytest.raises(InputError, match=match):
+        pathweave.load(bad)
+
+
+def test_load_reads_no_pt2_and_measures_nothing_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lanes plan loaded where it was saved: no torch.export reader, no profiling run, no check against
+    the captured graph; the same answers bit for bit."""
+    from pathweave import sequential
+    from pathweave.lanes import strategy as lanes
+
+    model, x = _model()
+    fast = pathweave.optimize(model, *x, strategy="lanes")
+    with torch.no_grad():
+        want = fast(*x)
+    path = pathweave.save(fast, tmp_path / "lanes.pw")
+    times = fast.node_times
+    fast.close()
+    monkeypatch.setattr(torch.export, "load", lambda *a, **k: pytest.fail("read through torch.export"))
+    monkeypatch.setattr(lanes, "measure_node_times", lambda *a, **k: pytest.fail("profiled again"))
+    monkeypatch.setattr(sequential, "_compare", lambda *a, **k: pytest.fail("checked again"))
+    again = pathweave.load(path)
+    try:
+        assert again.node_times == times
+        with torch.no_grad():
+            got = again(*x)
+        assert all(torch.equal(got[k], want[k]) for k in want)
+    finally:
+        again.close()
+    monkeypatch.undo()
+    with pytest.MonkeyPatch.context() as mp:  # check=True compares again
+        calls = []
+        mp.setattr(sequential, "_compare", lambda *a, **k: calls.append(1))
+        pathweave.load(path, check=True).close()
+        assert calls
+
+
+def test_graph_saved_as_pt2_still_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A graph that cannot be written as data (here: made to fail) goes to program.pt2, and loads."""
+    from pathweave.errors import UnsupportedError
+
+    def refuse(*a: object, **k: object) -> None:
+        raise UnsupportedError("not data")
+
+    monkeypatch.setattr(saved, "encode_graph", refuse)
+    model, x = _model()
+    fast = pathweave.optimize(model, *x, strategy="sequential")
+    path = pathweave.save(fast, tmp_path / "pt2.pw")
+    fast.close()
+    assert "program.pt2" in _manifest(path)["sha256"] and "graph.json" not in _manifest(path)["sha256"]
+    again = pathweave.load(path)
+    try:
+        with torch.no_grad():
+            _assert_same(again(*x), model(*x))
+    finally:
+        again.close()

@@ -128,6 +128,13 @@ def _walk_dict(value: dict, key: str, path: list[str], where: str) -> dict:
     return out
 
 
+def check_op(target: Any, where: str) -> None:
+    """Raise ``InputError`` unless ``target`` names an operator a program read from a file may call."""
+    if isinstance(target, str) and _FILE_OPS.search(target):
+        raise InputError(f"{where}: {target!r} names an op that reads or writes files; refused")
+    _check_op(target, [], where)
+
+
 def _check_op(target: Any, path: list[str], where: str) -> None:
     _check(_TARGET, target, path, where, "an operator")
     parts = target.split(".")
@@ -144,6 +151,13 @@ def _check_op(target: Any, path: list[str], where: str) -> None:
             f"{where}: {'/'.join(path)} = {target!r} is an op pathweave does not run from a file (raw "
             "memory, or one that calls other ops); refused"
         )
+
+
+def check_spec(text: Any, where: str) -> None:
+    """Raise ``InputError`` unless ``text`` is a plain pytree input/output spec (``_check_spec``)."""
+    if not isinstance(text, str):
+        raise InputError(f"{where}: not a pytree spec")
+    _check_spec(text, [], where)
 
 
 def _check_spec(text: str, path: list[str], where: str) -> None:

@@ -8,6 +8,7 @@ import os
 import warnings
 from collections.abc import Callable
 from types import ModuleType
+from typing import Any
 
 import torch
 
@@ -20,7 +21,7 @@ from pathweave.lanes.executor import LanesExecutor, refuse_inplace
 from pathweave.lanes.hyper import plan_hyper
 from pathweave.lanes.plan import LanePlan
 from pathweave.lanes.replicate import Split
-from pathweave.meta import REPLICA
+from pathweave.meta import REPLICA, TIME_US
 from pathweave.passes.pipeline import FAST_CPU
 from pathweave.sequential import SequentialExecutor, _compare, intra_op_threads
 from pathweave.stacks.strategy import StacksStrategy
@@ -42,28 +43,35 @@ class LanesStrategy(Strategy):
         clone: bool = True,
         pipeline: tuple[ModuleType, ...] = FAST_CPU,
         stacks: bool = False,
+        node_times: dict[str, float] | None = None,
+        check: bool = True,
     ) -> None:
         """``threads`` is the thread budget (default: torch's), ``lanes`` how many lanes share it (default:
         one intra-op thread per lane); ``pipeline`` the rewrites before planning (default: the fast CPU
         path; Ramiel's variants use none or pruning alone); ``clone`` allows bounded task cloning;
         ``stacks`` adds BrainSlug's stacks after the fast CPU path (``StacksStrategy``), so that each
-        stack is one node to the clustering and runs on its lane's thread."""
+        stack is one node to the clustering and runs on its lane's thread. ``node_times`` (microseconds
+        per node of the rewritten graph, as ``saved_options`` gives them) replace the profiling run;
+        ``check=False`` skips comparing the rewritten graph with the captured one (both for a saved plan
+        loaded where it was measured and checked)."""
         refuse_inplace(captured.gm, captured.name)
         self.guard = CallGuard(f"{captured.name} (lanes)", exclusive=True)
         self.lanes, self.threads_per_lane = _lanes_and_threads(lanes, threads)
         self.captured = captured
         # weights packed for the thread count each lane runs with (see SequentialExecutor)
-        self.sequential = sequential_path(captured, self.threads_per_lane, pipeline, stacks)
+        self.sequential = sequential_path(captured, self.threads_per_lane, pipeline, stacks, check)
         self.passes = self.sequential.passes
         gm = self.sequential.gm
-        with intra_op_threads(self.threads_per_lane):
-            times = measure_node_times(dataclasses.replace(captured, gm=gm))
-        self.plan, self.cloned = _plan(gm, times, self.lanes, clone)
+        self.node_times = _node_times(dataclasses.replace(captured, gm=gm), self.threads_per_lane, node_times)
+        self.plan, self.cloned = _plan(gm, self.node_times, self.lanes, clone)
         self.executor = LanesExecutor(gm, self.plan, self.threads_per_lane)
 
     @property
     def batch_split(self) -> int:
         return 1
+
+    def saved_options(self) -> dict[str, Any]:
+        return {"node_times": dict(self.node_times)}
 
     def summary(self) -> str:
         return self._stacks_note() + self.plan.summary()
@@ -94,15 +102,19 @@ class HyperLanesStrategy(LanesStrategy):
         lanes: int | None = None,
         threads: int | None = None,
         stacks: bool = False,
+        node_times: dict[str, float] | None = None,
+        check: bool = True,
     ) -> None:
         refuse_inplace(captured.gm, captured.name)
         self.guard = CallGuard(f"{captured.name} (lanes)", exclusive=True)
         self.lanes, self.threads_per_lane = _lanes_and_threads(lanes, threads)
         self.captured, self.split, self.cloned = captured, split, 0
-        self.sequential = sequential_path(sub, self.threads_per_lane, stacks=stacks)
+        self.sequential = sequential_path(sub, self.threads_per_lane, stacks=stacks, check=check)
         self.passes = self.sequential.passes
+        sub_gm = self.sequential.gm
+        self.node_times = sub_times = _node_times(dataclasses.replace(sub, gm=sub_gm), self.threads_per_lane,
+                                                  node_times)  # fmt: skip
         with intra_op_threads(self.threads_per_lane):
-            sub_times = measure_node_times(dataclasses.replace(sub, gm=self.sequential.gm))
             gm = replicate.apply(self.sequential.gm, captured.gm, split)
             _check_replicated(gm, captured)
         replica = {n.name: n.meta[REPLICA] for n in gm.graph.nodes if REPLICA in n.meta}
@@ -137,25 +149,30 @@ def build_lanes(
     stacks: bool = False,
     lanes: int | None = None,
     clone: bool = True,
+    node_times: dict[str, float] | None = None,
+    check: bool = True,
 ) -> LanesStrategy:
     """Lanes for ``captured``; for a batch > 1 that splits into groups, hyperclustered lanes, with
     ``recapture(inputs)`` capturing the model at the sub-batch size. Where that is not possible (no
     ``recapture``, a graph fixed to one batch size, an output without a batch dimension), plain lanes
     on the whole batch, with a warning saying why. ``stacks``, ``lanes``, ``clone``: see
-    ``LanesStrategy`` (hyperclusters do not clone)."""
+    ``LanesStrategy`` (hyperclusters do not clone); ``node_times``, ``check``: see ``LanesStrategy``."""
+    saved = {"node_times": node_times, "check": check}
     split = replicate.propose(captured.example_inputs, _budget(threads))
     if split is None:
-        return LanesStrategy(captured, lanes=lanes, threads=threads, clone=clone, stacks=stacks)
+        return LanesStrategy(captured, lanes=lanes, threads=threads, clone=clone, stacks=stacks, **saved)
     why = "the model cannot be captured again at the sub-batch size"
     if recapture is not None:
         try:
             sub = recapture(split.slices(captured.example_inputs, 0))
-            return HyperLanesStrategy(captured, sub, split, lanes=lanes, threads=threads, stacks=stacks)
+            return HyperLanesStrategy(
+                captured, sub, split, lanes=lanes, threads=threads, stacks=stacks, **saved
+            )
         except Exception as exc:  # any failure here costs the hyperclusters, never the answer
             why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
     warnings.warn(f"{captured.name}: no hyperclustering for batch {split.batch}, plain lanes ({why})",
                   stacklevel=2)  # fmt: skip
-    return LanesStrategy(captured, lanes=lanes, threads=threads, clone=clone, stacks=stacks)
+    return LanesStrategy(captured, lanes=lanes, threads=threads, clone=clone, stacks=stacks, **saved)
 
 
 def sequential_path(
@@ -163,15 +180,29 @@ def sequential_path(
     threads: int | None = None,
     pipeline: tuple[ModuleType, ...] = FAST_CPU,
     stacks: bool = False,
+    check: bool = True,
 ) -> SequentialExecutor:
     """The checked rewritten graph on CPU (lanes are planned over it, "auto" times it): ``pipeline``'s,
     or with ``stacks`` the fast CPU path and the stacks (``StacksStrategy``, which warns and goes on
     without them where they cannot be built)."""
     if not stacks:
-        return SequentialExecutor(captured, threads=threads, pipeline=pipeline)
+        return SequentialExecutor(captured, threads=threads, pipeline=pipeline, check=check)
     if pipeline != FAST_CPU:
         raise InputError("stacks join the fast CPU pipeline only, not another one")
     return StacksStrategy(captured, threads=threads)
+
+
+def _node_times(captured: Captured, threads: int, given: dict[str, float] | None) -> dict[str, float]:
+    """Microseconds per node of ``captured``'s (rewritten) graph: ``given`` where it names every node the
+    profile would (a saved plan's), else measured at ``threads`` intra-op threads."""
+    names = [n.name for n in captured.gm.graph.nodes]
+    if given is not None and all(name in given for name in names):
+        times = {name: float(given[name]) for name in names}
+        for node in captured.gm.graph.nodes:
+            node.meta[TIME_US] = times[node.name]
+        return times
+    with intra_op_threads(threads):
+        return measure_node_times(captured)
 
 
 def _budget(threads: int | None) -> int:
