@@ -15,6 +15,7 @@ from a ``.pt2`` file is.
 
 from __future__ import annotations
 
+import keyword
 import math
 import operator
 import re
@@ -106,6 +107,8 @@ def decode_graph(
     root = torch.nn.Module()
     for name, t in constants.items():
         _ident(name, where, "a constant's name")
+        if keyword.iskeyword(name) or name.startswith("__") or hasattr(root, name):
+            raise InputError(f"{where}: constant name {name!r} is a Python keyword or a module attribute")
         root.register_buffer(name, t, persistent=False)
     graph = torch.fx.Graph()
     env: dict[str, torch.fx.Node] = {}
@@ -117,11 +120,14 @@ def decode_graph(
         except InputError as exc:
             raise InputError(f"{where}: node {i}: {exc}") from exc
         env[entry["name"]] = node
+    outputs = [n for n in graph.nodes if n.op == "output"]
+    if len(outputs) != 1 or outputs[0] is not graph.output_node():
+        raise InputError(f"{where}: the graph needs exactly one output node, last")
     try:
         graph.lint()
-    except RuntimeError as exc:
-        raise InputError(f"{where}: the graph is not well formed ({exc})") from exc
-    return torch.fx.GraphModule(root, graph, class_name=class_name)
+        return torch.fx.GraphModule(root, graph, class_name=_ident(class_name, where, "a class name"))
+    except (RuntimeError, SyntaxError, KeyError, TypeError) as exc:
+        raise InputError(f"{where}: the graph is not well formed ({type(exc).__name__}: {exc})") from exc
 
 
 def _node(
@@ -179,10 +185,10 @@ def _decode(value: Any, env: dict[str, torch.fx.Node]) -> Any:
         if inner not in env:
             raise InputError(f"argument names node {inner!r}, not defined before")
         return env[inner]
-    if tag in ("list", "tuple"):
+    if tag in ("list", "tuple") and isinstance(inner, list):
         items = [_decode(v, env) for v in inner]
         return items if tag == "list" else tuple(items)
-    if tag == "dict":
+    if tag == "dict" and isinstance(inner, dict):
         return {_ident(k, "", "a keyword"): _decode(v, env) for k, v in inner.items()}
     if tag == "float" and inner in ("inf", "-inf", "nan"):
         return float(inner)
