@@ -6,13 +6,10 @@ channel tiles that two workers share."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import torch
 
 import pathweave
-from pathweave.tiles import runtime as tile_runtime
 from pathweave.tiles.abi import K_DEPTHWISE, S_OP
 from pathweave.tiles.program import kernel_names
 from pathweave.tiles.strategy import TilesStrategy
@@ -39,19 +36,6 @@ CASES = [
     (3, 5, 17, 3, 3, 0, 1, 1, "none"),
     (17, 1, 5, 3, 2, 1, 1, 1, "relu6"),
 ]
-
-
-@pytest.fixture(params=tile_runtime.GEMM_ISAS)
-def level(request: pytest.FixtureRequest) -> Iterator[str]:
-    """The level forced for the whole test (build and run), skipped where this CPU lacks it."""
-    if request.param not in tile_runtime.runnable_gemm_isas():
-        pytest.skip(f"this CPU has no {request.param}")
-    chosen = tile_runtime.gemm_isa()
-    tile_runtime.use_gemm_isa(request.param)
-    try:
-        yield request.param
-    finally:
-        tile_runtime.use_gemm_isa(chosen)
 
 
 class _Depthwise(torch.nn.Module):

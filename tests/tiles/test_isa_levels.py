@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -18,19 +17,6 @@ from pathweave.machine import cpu_isa
 from pathweave.tiles import runtime as tile_runtime
 from pathweave.tiles.abi import PACKS, S_WPACK_T
 from pathweave.tiles.strategy import TilesStrategy
-
-
-@pytest.fixture(params=tile_runtime.GEMM_ISAS)
-def level(request: pytest.FixtureRequest) -> Iterator[str]:
-    """The level forced for the whole test (build and run), skipped where this CPU lacks it."""
-    if request.param not in tile_runtime.runnable_gemm_isas():
-        pytest.skip(f"this CPU has no {request.param}")
-    chosen = tile_runtime.gemm_isa()
-    tile_runtime.use_gemm_isa(request.param)
-    try:
-        yield request.param
-    finally:
-        tile_runtime.use_gemm_isa(chosen)
 
 
 def test_hot_loops_follow_the_forced_level(level: str) -> None:
