@@ -4,14 +4,11 @@ traces; one small model end to end (no timing asserted)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
-import pathweave
 from pathweave.errors import InputError
 from pathweave.tiles.abi import OP_TEST
 from pathweave.tiles.profile import TracedRun
@@ -168,30 +165,10 @@ def test_the_command_refuses_bad_options_before_building(capsys: pytest.CaptureF
     assert capsys.readouterr().err.count("pathweave: error:") == 4
 
 
-class _Branches(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.stem = torch.nn.Conv2d(3, 16, 3, padding=1)
-        self.left = torch.nn.Conv2d(16, 16, 3, padding=1)
-        self.right = torch.nn.Conv2d(16, 16, 1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = torch.relu(self.stem(x))
-        return self.left(y) + self.right(y)
-
-
-@pytest.fixture(scope="module")
-def strategy() -> Iterator[TilesStrategy]:
-    torch.manual_seed(0)
-    strat = TilesStrategy(pathweave.capture(_Branches().eval(), torch.randn(1, 3, 40, 40)), threads=2)
-    yield strat
-    strat.close()
-
-
-def test_a_model_end_to_end(strategy: TilesStrategy, tmp_path: Path) -> None:
-    d = simulation_report(strategy, [1, 2, 8], rounds=2, runs=2, show_progress=False)
-    assert [r["cores"] for r in d["rows"]] == [1, 2, 8] and d["tiles"] == strategy.graph.num_tiles
-    assert strategy.threads == 2
+def test_a_model_end_to_end(branches: TilesStrategy, tmp_path: Path) -> None:
+    d = simulation_report(branches, [1, 2, 8], rounds=2, runs=2, show_progress=False)
+    assert [r["cores"] for r in d["rows"]] == [1, 2, 8] and d["tiles"] == branches.graph.num_tiles
+    assert branches.threads == 2
     for r in d["rows"]:
         floor = max(r["critical_path_ms"], r["work_bound_ms"])
         assert r["runtime_ms"] >= floor and r["barrier_ms"] >= floor
@@ -200,7 +177,7 @@ def test_a_model_end_to_end(strategy: TilesStrategy, tmp_path: Path) -> None:
     assert d["costs"]["work_ms"] > 0 and d["costs"]["overhead_ns"] >= 0
     path = d["critical_path"]
     assert 1 <= path["layers"] <= path["tiles"] and set(path["costliest_ms"]) <= set(
-        strategy.graph.layer_names
+        branches.graph.layer_names
     )
     text = format_simulation(d)
     assert "assumptions:" in text and "runtime ms" in text
