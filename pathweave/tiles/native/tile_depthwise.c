@@ -21,7 +21,6 @@
 /* output rows per block (independent accumulators) */
 #define PW_DW_ROWS 8
 
-static inline const float *dw_ptr(int64_t v) { return (const float *)(intptr_t)v; }
 
 /* the geometry of one tile's padded copy */
 typedef struct {
@@ -112,7 +111,7 @@ static void copy_generic(const int64_t *L, const float *xc, const dw_geom *g, fl
 #endif
 
 int pw_depthwise_tile(const int64_t *L, const int32_t *lo, const int32_t *hi, float *scratch) {
-    const float *x = dw_ptr(L[S_X]), *w = dw_ptr(L[S_W]), *bias = dw_ptr(L[S_BIAS]), *res = dw_ptr(L[S_Y]);
+    const float *x = in_f(L[S_X]), *w = in_f(L[S_W]), *bias = in_f(L[S_BIAS]), *res = in_f(L[S_Y]);
     float *out = (float *)(intptr_t)L[S_OUT];
     const int64_t C = L[S_XSHAPE + 1], H = L[S_XSHAPE + 2], W = L[S_XSHAPE + 3];
     const int64_t O = L[S_OSHAPE + 1], OH = L[S_OSHAPE + 2], OW = L[S_OSHAPE + 3];

@@ -14,13 +14,6 @@
 #define CBLAS_NO_TRANS 111
 #define CBLAS_TRANS 112
 
-static inline const float *ptr_f(int64_t v) { return (const float *)(intptr_t)v; }
-static inline float *ptr_w(int64_t v) { return (float *)(intptr_t)v; }
-static inline double as_double(int64_t v) {
-    double d;
-    memcpy(&d, &v, sizeof d);
-    return d;
-}
 
 /* The activation over n values in place, one loop per kind so that each vectorises (a switch inside
  * the loop made the residual epilogue 4x slower than the GEMM before it). */
@@ -186,14 +179,14 @@ static void conv_padded(const int64_t *L, const float *xn, float *scratch, int64
     const int64_t out_rows = oh1 - oh0;
     const pw_truns u = st == 1 ? (pw_truns){1, out_rows * Wp, 1, 0, koff, out_rows, OW, Wp}
                                : (pw_truns){out_rows, OW, 2, 2 * Wp, koff, out_rows, OW, OW};
-    pw_gemm_packed_t_runs(o1 - o0, K, ptr_f(L[S_WPACK]) + (o0 / PW_TR) * K * PW_TR, o0 % PW_TR,
+    pw_gemm_packed_t_runs(o1 - o0, K, in_f(L[S_WPACK]) + (o0 / PW_TR) * K * PW_TR, o0 % PW_TR,
                           copy ? xp : xn + oh0 * st * W, 0, &u, c, OH * OW, bias, res, (int)L[S_ACT], t);
 }
 
 static int conv_tile(const int64_t *L, const int32_t *lo, const int32_t *hi, float *scratch,
                      pw_sgemm_fn sgemm, int64_t stamp) {
-    const float *x = ptr_f(L[S_X]), *w = ptr_f(L[S_W]), *bias = ptr_f(L[S_BIAS]), *res = ptr_f(L[S_Y]);
-    float *out = ptr_w(L[S_OUT]);
+    const float *x = in_f(L[S_X]), *w = in_f(L[S_W]), *bias = in_f(L[S_BIAS]), *res = in_f(L[S_Y]);
+    float *out = out_f(L[S_OUT]);
     const int64_t C = L[S_XSHAPE + 1], H = L[S_XSHAPE + 2], W = L[S_XSHAPE + 3];
     const int64_t O = L[S_OSHAPE + 1], OH = L[S_OSHAPE + 2], OW = L[S_OSHAPE + 3];
     const int64_t kh = L[S_KH], kw = L[S_KW], groups = L[S_GROUPS];
@@ -201,7 +194,7 @@ static int conv_tile(const int64_t *L, const int32_t *lo, const int32_t *hi, flo
     const int64_t oh0 = lo[2], oh1 = hi[2], P = (oh1 - oh0) * OW;
     if (lo[3] != 0 || hi[3] != OW) return 1; /* tiles span whole output rows */
     const int pointwise = (int)L[S_POINTWISE];
-    const float *wpack = ptr_f(L[S_WPACK]);
+    const float *wpack = in_f(L[S_WPACK]);
     const int64_t panels = (og + PW_MR - 1) / PW_MR; /* per group */
     if (cg == 1 && !pointwise && !wpack) { /* depthwise: output channel o reads input channel o / og */
         for (int64_t n = lo[0]; n < hi[0]; n++) {
@@ -402,8 +395,8 @@ PW_HOT_FN(static, void, pool_plane_s1, (const float *xc, float *oc, const int64_
 }
 
 PW_HOT_FN(static, int, pool_tile, (const int64_t *L, const int32_t *lo, const int32_t *hi, int is_max), (L, lo, hi, is_max)) {
-    const float *x = ptr_f(L[S_X]);
-    float *out = ptr_w(L[S_OUT]);
+    const float *x = in_f(L[S_X]);
+    float *out = out_f(L[S_OUT]);
     const int64_t C = L[S_XSHAPE + 1], H = L[S_XSHAPE + 2], W = L[S_XSHAPE + 3];
     const int64_t O = L[S_OSHAPE + 1], OH = L[S_OSHAPE + 2], OW = L[S_OSHAPE + 3];
     const int64_t kh = L[S_KH], kw = L[S_KW], sh = L[S_SH], sw = L[S_SW];
@@ -507,8 +500,8 @@ static inline __attribute__((always_inline)) float plane_mean(const float *x, in
 }
 
 PW_HOT_FN(static, int, adaptive_tile, (const int64_t *L, const int32_t *lo, const int32_t *hi), (L, lo, hi)) {
-    const float *x = ptr_f(L[S_X]);
-    float *out = ptr_w(L[S_OUT]);
+    const float *x = in_f(L[S_X]);
+    float *out = out_f(L[S_OUT]);
     const int64_t C = L[S_XSHAPE + 1], H = L[S_XSHAPE + 2], W = L[S_XSHAPE + 3];
     const int64_t OH = L[S_OSHAPE + 2], OW = L[S_OSHAPE + 3];
     if (OH == 1 && OW == 1) { /* global pooling (squeeze-excitation, classifier heads) */
@@ -538,8 +531,8 @@ PW_HOT_FN(static, int, adaptive_tile, (const int64_t *L, const int32_t *lo, cons
 /* out[..., rows, o] = x[..., rows, :] @ w[o, :]^T + bias[o], act. Output dims: the last is the feature,
  * the one before it the rows of one GEMM, the ones before that (up to two) are looped over. */
 PW_HOT_FN(static, int, linear_tile, (const int64_t *L, const int32_t *lo, const int32_t *hi, pw_sgemm_fn sgemm), (L, lo, hi, sgemm)) {
-    const float *x = ptr_f(L[S_X]), *w = ptr_f(L[S_W]), *bias = ptr_f(L[S_BIAS]);
-    float *out = ptr_w(L[S_OUT]);
+    const float *x = in_f(L[S_X]), *w = in_f(L[S_W]), *bias = in_f(L[S_BIAS]);
+    float *out = out_f(L[S_OUT]);
     const int64_t nd = L[S_GROUPS]; /* rank of the output, 2..4 */
     const int64_t K = L[S_XSHAPE + 0];
     const int64_t *shape = L + S_OSHAPE;
@@ -641,14 +634,14 @@ static inline int whole_rows(const ew_box *b, const int64_t *st) {
 
 PW_HOT_FN(static, int, ewise_tile, (const int64_t *L, const int32_t *tlo, const int32_t *thi), (L, tlo, thi)) {
     const ew_box b = ew_align(L, tlo, thi);
-    const float *x = ptr_f(L[S_X]), *y = ptr_f(L[S_Y]);
-    float *out = ptr_w(L[S_OUT]);
+    const float *x = in_f(L[S_X]), *y = in_f(L[S_Y]);
+    float *out = out_f(L[S_OUT]);
     const int64_t *os = b.os, *xs = b.xs, *ys = b.ys;
     const int32_t *lo = b.lo, *hi = b.hi;
     const int op = (int)L[S_BINOP], act = (int)L[S_ACT];
-    const float alpha = (float)as_double(L[S_ALPHA]), scalar = (float)as_double(L[S_SCALAR]);
-    const float params[3] = {(float)as_double(L[S_ACT_P]), (float)as_double(L[S_ACT_P + 1]),
-                             (float)as_double(L[S_ACT_P + 2])};
+    const float alpha = (float)bits_double(L[S_ALPHA]), scalar = (float)bits_double(L[S_SCALAR]);
+    const float params[3] = {(float)bits_double(L[S_ACT_P]), (float)bits_double(L[S_ACT_P + 1]),
+                             (float)bits_double(L[S_ACT_P + 2])};
     int64_t n = hi[3] - lo[3], c_end = hi[2];
     if (whole_rows(&b, xs) && (!y || whole_rows(&b, ys))) n *= hi[2] - lo[2], c_end = lo[2] + 1;
     for (int64_t a = lo[0]; a < hi[0]; a++)
@@ -669,8 +662,8 @@ PW_HOT_FN(static, int, ewise_tile, (const int64_t *L, const int32_t *tlo, const 
 /* act(x * scale + shift): scale at S_Y and shift at S_BIAS, both read with the strides S_YSTRIDE */
 PW_HOT_FN(static, int, affine_tile, (const int64_t *L, const int32_t *tlo, const int32_t *thi), (L, tlo, thi)) {
     const ew_box b = ew_align(L, tlo, thi);
-    const float *x = ptr_f(L[S_X]), *scale = ptr_f(L[S_Y]), *shift = ptr_f(L[S_BIAS]);
-    float *out = ptr_w(L[S_OUT]);
+    const float *x = in_f(L[S_X]), *scale = in_f(L[S_Y]), *shift = in_f(L[S_BIAS]);
+    float *out = out_f(L[S_OUT]);
     const int64_t *os = b.os, *xs = b.xs, *ys = b.ys;
     const int32_t *lo = b.lo, *hi = b.hi;
     const int64_t sx = xs[3], sy = ys[3];
@@ -697,10 +690,10 @@ PW_HOT_FN(static, int, affine_tile, (const int64_t *L, const int32_t *tlo, const
 /* out[i] = x[i - before] where that is inside x, else the value (S_SCALAR); `before` per dim in the slots
  * from S_KH (negative: cropping); x read through its strides */
 PW_HOT_FN(static, int, pad_tile, (const int64_t *L, const int32_t *lo, const int32_t *hi), (L, lo, hi)) {
-    const float *x = ptr_f(L[S_X]);
-    float *out = ptr_w(L[S_OUT]);
+    const float *x = in_f(L[S_X]);
+    float *out = out_f(L[S_OUT]);
     const int64_t *os = L + S_OSHAPE, *xs = L + S_XSTRIDE, *xn = L + S_XSHAPE, *before = L + S_KH;
-    const float value = (float)as_double(L[S_SCALAR]);
+    const float value = (float)bits_double(L[S_SCALAR]);
     /* the output columns [e0, e1) that read x, clipped to the tile */
     int64_t e0 = before[3] > lo[3] ? before[3] : lo[3], e1 = before[3] + xn[3] < hi[3] ? before[3] + xn[3] : hi[3];
     if (e1 < e0) e0 = e1 = lo[3];
@@ -724,15 +717,15 @@ PW_HOT_FN(static, int, pad_tile, (const int64_t *L, const int32_t *lo, const int
 /* aux records: (address, offset along dim S_GROUPS, size along it, stride0..3) per input */
 PW_HOT_FN(static, int, cat_tile, (const int64_t *L, const int32_t *lo, const int32_t *hi), (L, lo, hi)) {
     const int64_t *aux = (const int64_t *)(intptr_t)L[S_AUX];
-    float *out = ptr_w(L[S_OUT]);
+    float *out = out_f(L[S_OUT]);
     /* tile_fuse's cat_batch_norm_act: act(x * scale[channel] + shift[channel]) on the way, channel = dim 1 */
-    const float *bn_scale = ptr_f(L[S_Y]), *bn_shift = ptr_f(L[S_BIAS]);
+    const float *bn_scale = in_f(L[S_Y]), *bn_shift = in_f(L[S_BIAS]);
     const int act = (int)L[S_ACT];
     const int64_t *os = L + S_OSHAPE;
     const int64_t dim = L[S_GROUPS];
     for (int64_t k = 0; k < L[S_NAUX]; k++) {
         const int64_t *rec = aux + 7 * k;
-        const float *src = ptr_f(rec[0]);
+        const float *src = in_f(rec[0]);
         const int64_t off = rec[1], size = rec[2], *st = rec + 3;
         int64_t l[4] = {lo[0], lo[1], lo[2], lo[3]}, h[4] = {hi[0], hi[1], hi[2], hi[3]};
         if (l[dim] < off) l[dim] = off;

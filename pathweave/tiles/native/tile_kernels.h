@@ -9,6 +9,16 @@
 #define PW_TILE_KERNELS_H
 
 #include <stdint.h>
+#include <string.h>
+
+/* a layer row's slots hold buffer addresses and, bit for bit, doubles: read them as such */
+static inline const float *in_f(int64_t v) { return (const float *)(intptr_t)v; }
+static inline float *out_f(int64_t v) { return (float *)(intptr_t)v; }
+static inline double bits_double(int64_t v) {
+    double d;
+    memcpy(&d, &v, sizeof d);
+    return d;
+}
 
 /* Hot loops are compiled for AVX-512 (x86-64-v4), AVX2+FMA (x86-64-v3) and baseline x86-64, and each call
  * runs the copy of the level the matrix kernels run (pw_hot_level: PATHWEAVE_ISA and use_gemm_isa lower it,

@@ -26,13 +26,6 @@
 #define CBLAS_TRANS 112
 #define LANES 8
 
-static inline const float *in_f(int64_t v) { return (const float *)(intptr_t)v; }
-static inline float *out_f(int64_t v) { return (float *)(intptr_t)v; }
-static inline double bits_double(int64_t v) {
-    double d;
-    memcpy(&d, &v, sizeof d);
-    return d;
-}
 
 /* The tile's box and the output's shape, padded at the front to 4 dims (dim 3 is the last). */
 typedef struct {

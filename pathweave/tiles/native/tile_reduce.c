@@ -19,16 +19,9 @@
 #define LANES 16
 /* output values per block of the column-wise reduction (its accumulators live on the stack) */
 #define BLOCK 256
-/* helpers inlined into each clone of the PW_HOT kernels (a call would run the baseline code) */
+/* helpers inlined into each per-level copy of the PW_HOT_FN kernels */
 #define PW_INLINE __attribute__((always_inline)) static inline
 
-static inline const float *in_f(int64_t v) { return (const float *)(intptr_t)v; }
-static inline float *out_f(int64_t v) { return (float *)(intptr_t)v; }
-static inline double bits_double(int64_t v) {
-    double d;
-    memcpy(&d, &v, sizeof d);
-    return d;
-}
 
 /* v replaces acc where it is larger (smaller for is_max 0) or NaN; a NaN acc stays */
 PW_INLINE float pick(float acc, float v, int is_max) {

@@ -10,13 +10,11 @@
 
 #include "tile_kernels.h"
 
-static inline const float *ptr_f(int64_t a) { return (const float *)(intptr_t)a; }
-static inline float *ptr_w(int64_t a) { return (float *)(intptr_t)a; }
 
 /* out[n, c, h, w] = x[n, c, ih[h], iw[w]]; S_AUX: int64 ih[OH] then iw[OW] */
 static int nearest_tile(const int64_t *L, const int32_t *lo, const int32_t *hi) {
-    const float *x = ptr_f(L[S_X]);
-    float *out = ptr_w(L[S_OUT]);
+    const float *x = in_f(L[S_X]);
+    float *out = out_f(L[S_OUT]);
     const int64_t *os = L + S_OSHAPE, *xs = L + S_XSTRIDE;
     const int64_t *ih = (const int64_t *)(intptr_t)L[S_AUX], *iw = ih + os[2];
     for (int64_t n = lo[0]; n < hi[0]; n++)
@@ -33,11 +31,11 @@ static int nearest_tile(const int64_t *L, const int32_t *lo, const int32_t *hi) 
  * eager's order of the sums (its NCHW float kernel); S_AUX: int64 (i0, i1) per output row then per output
  * column; S_W: float32 (l0, l1) the same way */
 PW_HOT_FN(static, int, bilinear_tile, (const int64_t *L, const int32_t *lo, const int32_t *hi), (L, lo, hi)) {
-    const float *x = ptr_f(L[S_X]);
-    float *out = ptr_w(L[S_OUT]);
+    const float *x = in_f(L[S_X]);
+    float *out = out_f(L[S_OUT]);
     const int64_t *os = L + S_OSHAPE, *xs = L + S_XSTRIDE;
     const int64_t *ih = (const int64_t *)(intptr_t)L[S_AUX], *iw = ih + 2 * os[2];
-    const float *lh = ptr_f(L[S_W]), *lw = lh + 2 * os[2];
+    const float *lh = in_f(L[S_W]), *lw = lh + 2 * os[2];
     for (int64_t n = lo[0]; n < hi[0]; n++)
         for (int64_t c = lo[1]; c < hi[1]; c++) {
             const float *xc = x + n * xs[0] + c * xs[1];
@@ -59,8 +57,8 @@ PW_HOT_FN(static, int, bilinear_tile, (const int64_t *L, const int32_t *lo, cons
 /* pixel_shuffle by r = S_KH: out[n, c, h, w] = x[n, (c * r + h % r) * r + w % r, h / r, w / r]; a row
  * interleaves r source rows (no division per value: a division per value cost 5x the copy) */
 PW_HOT_FN(static, int, shuffle_tile, (const int64_t *L, const int32_t *lo, const int32_t *hi), (L, lo, hi)) {
-    const float *x = ptr_f(L[S_X]);
-    float *out = ptr_w(L[S_OUT]);
+    const float *x = in_f(L[S_X]);
+    float *out = out_f(L[S_OUT]);
     const int64_t *os = L + S_OSHAPE, *xs = L + S_XSTRIDE, r = L[S_KH];
     for (int64_t n = lo[0]; n < hi[0]; n++)
         for (int64_t c = lo[1]; c < hi[1]; c++)
