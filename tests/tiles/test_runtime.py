@@ -7,7 +7,9 @@ order; outputs start as NaN, so a tile run before one of its parents leaves a Na
 
 from __future__ import annotations
 
+import os
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -246,3 +248,54 @@ def test_runs_back_to_back_while_workers_may_still_be_leaving() -> None:
         rt.close()
     with pytest.raises(ClosedError):
         rt.run()
+
+
+def _thread_cpus() -> dict[int, set[int]]:
+    """Each thread of this process and the CPUs it may run on (Linux)."""
+    found = {}
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            status = (task / "status").read_text()
+        except OSError:  # the thread ended
+            continue
+        line = next(x for x in status.splitlines() if x.startswith("Cpus_allowed_list:"))
+        cpus: set[int] = set()
+        for part in line.split()[1].split(","):
+            lo, _, hi = part.partition("-")
+            cpus.update(range(int(lo), int(hi or lo) + 1))
+        found[int(task.name)] = cpus
+    return found
+
+
+_LINUX_2_CPUS = (
+    hasattr(os, "sched_getaffinity") and len(os.sched_getaffinity(0)) > 1 and Path("/proc/self/task").is_dir()
+)
+
+
+@pytest.mark.skipif(not _LINUX_2_CPUS, reason="needs Linux and 2 CPUs")
+def test_workers_keep_off_a_pinned_callers_cpu_and_the_callers_mask_is_kept() -> None:
+    """A caller pinned to one CPU (a serving thread) still finds the workers on the other CPUs, also
+    when an earlier call from another CPU had put them on this one; and the caller's own mask is the
+    same after each run as before (the runtime holds the caller on its CPU only during the run)."""
+    mine = os.sched_getaffinity(0)
+    a, b = sorted(mine)[:2]
+    before = set(_thread_cpus())
+    rt, out, want = _runtime(_random_graph(500, seed=9), workers=2)
+    workers = [t for t in _thread_cpus() if t not in before]
+    assert workers, "the runtime started no worker thread"
+    try:
+        for caller in (b, a, b):  # unpinned on b (workers to a), then pinned to a: workers must move
+            os.sched_setaffinity(0, {caller})
+            if caller == b:
+                os.sched_setaffinity(0, mine)  # stays on b for the run below, but not pinned to it
+            held = os.sched_getaffinity(0)
+            out[:] = np.nan
+            rt.run()
+            np.testing.assert_array_equal(out, want)
+            assert os.sched_getaffinity(0) == held
+            cpus = _thread_cpus()
+            if os.sched_getaffinity(0) == {a}:
+                assert all(a not in cpus[t] for t in workers if t in cpus), cpus
+    finally:
+        os.sched_setaffinity(0, mine)
+        rt.close()
