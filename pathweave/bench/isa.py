@@ -7,13 +7,15 @@ PyTorch reads ``ATEN_CPU_CAPABILITY`` (ATen's and inductor's vector code) and ``
 them once, on first use, so they are set in the process before the bench loads a model; whether they
 took effect is then read back from each library (ATen's capability, oneDNN's verbose ISA line,
 OpenVINO's executed primitives), and every row reports the level it really ran at. ONNX Runtime's MLAS
-picks its kernels from CPUID with no knob: it is reported as not limited.
+picks its kernels from CPUID with no knob: it is reported as not limited, unless it runs from the copy
+``experiments/ort_mlas_avx2.py`` makes, whose MLAS skips its AVX-512 branch (read back from the binary).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -154,6 +156,31 @@ def openvino_isa(compiled: Any) -> tuple[str | None, str]:
     other = sorted(k for level, kinds in wider.items() if ISA_LEVELS.index(level) < ISA_LEVELS.index(ran)
                    for k in kinds)  # fmt: skip
     return ran, (f"{', '.join(other)} at {min(wider, key=ISA_LEVELS.index)}" if other else "")
+
+
+#: MLAS's branch into its AVX-512F kernels in ORT's binary (ORT 1.32, x86-64: ``test $0x10000`` on
+#: CPUID.7:EBX, then ``je`` past the branch, then the XCR0 test ``(xcr0 & 0xE0) == 0xE0``). Group 2 is
+#: the jump: ``je`` (0x74) as built, ``jmp`` (0xeb) in experiments/ort_mlas_avx2.py's copy.
+MLAS_AVX512F_BRANCH = re.compile(
+    rb"(\x41?\xf7[\xc0-\xc7]\x00\x00\x01\x00)([\x74\xeb])(.)(\x4c\x89\xc0\x48\xf7\xd0\xa8\xe0)", re.S
+)
+
+
+@cache
+def ort_isa() -> tuple[str, bool]:
+    """ONNX Runtime's level on this CPU and whether it was limited: avx2 where its Python binding's MLAS
+    skips the AVX-512F branch (the patched copy), else the CPU's level (no knob lowers it)."""
+    cpu = cpu_isa()
+    binding = sys.modules.get("onnxruntime.capi.onnxruntime_pybind11_state")
+    path = getattr(binding, "__file__", None)
+    if cpu != "avx512" or path is None:
+        return cpu, False
+    try:
+        with open(path, "rb") as f:
+            found = MLAS_AVX512F_BRANCH.search(f.read())
+    except OSError:
+        return cpu, False
+    return ("avx2", True) if found is not None and found.group(2) == b"\xeb" else (cpu, False)
 
 
 def label(ran: str | None, level: str, can_limit: bool = True) -> str:

@@ -19,7 +19,8 @@ Settings, each the peer's best documented one for batch-1 latency (see shared/BE
   computes in bf16, which is neither the same dtype as the other candidates nor within tolerance.
 
 Each CPU peer records the vector level it ran at (``Candidate.isa``, read back from its library): a
-bench below the CPU's level (``bench.isa``) limits PyTorch and OpenVINO; ONNX Runtime cannot be limited.
+bench below the CPU's level (``bench.isa``) limits PyTorch and OpenVINO; ONNX Runtime cannot be limited
+except through the patched copy of experiments/ort_mlas_avx2.py (``bench.isa.ort_isa`` reads it back).
 """
 
 from __future__ import annotations
@@ -40,9 +41,8 @@ from unittest import mock
 import torch
 
 from pathweave.bench.candidate import Candidate, Skip
-from pathweave.bench.isa import openvino_isa, torch_isa
+from pathweave.bench.isa import openvino_isa, ort_isa, torch_isa
 from pathweave.errors import InputError, MissingDependencyError, require
-from pathweave.machine import cpu_isa
 from pathweave.sequential import intra_op_threads
 
 Builder = Callable[[torch.nn.Module, tuple[torch.Tensor, ...], int, str], Candidate]
@@ -348,9 +348,11 @@ def _ort(
     threads_note = f"inter {threads} x intra 1" if parallel else f"intra {threads}"
     extra = {"export_s": exp.seconds, "build_s": time.perf_counter() - start, "providers": providers}
     note = f"{_export_note(exp)}, {threads_note}"
-    # MLAS picks its kernels from CPUID: no variable or option lowers them
-    cpu = cpu_isa() if not _is_cuda(device) else None
-    return Candidate(name, "peer", run, threads, note=note, extra=extra, isa=cpu, can_limit=False)
+    # MLAS picks its kernels from CPUID: no variable or option lowers them (but see ort_isa)
+    isa, patched = ort_isa() if not _is_cuda(device) else (None, False)
+    if patched:
+        note += ", MLAS AVX-512 branch skipped (experiments/ort_mlas_avx2.py)"
+    return Candidate(name, "peer", run, threads, note=note, extra=extra, isa=isa, can_limit=patched)
 
 
 def build_ort_seq(

@@ -150,3 +150,34 @@ def test_cli_isa_option_reaches_the_bench(monkeypatch, capsys, tmp_path) -> None
     assert json.loads(out.read_text())["settings"]["peers_limited"]
     with pytest.raises(SystemExit):
         cli.main(["bench", "m", "--isa", "sse9"])
+
+
+#: ORT 1.32's bytes at MLAS's AVX-512F branch: as built (je), and as experiments/ort_mlas_avx2.py leaves them
+_AS_BUILT = bytes.fromhex("41f7c200000100740e4c89c048f7d0a8e00f8454010000")
+_SKIPPED = bytes.fromhex("41f7c200000100eb0e4c89c048f7d0a8e00f8454010000")
+
+
+@pytest.mark.parametrize(("code", "want"), [(_AS_BUILT, ("avx512", False)), (_SKIPPED, ("avx2", True)),
+                                             (b"no branch here", ("avx512", False))])  # fmt: skip
+def test_ort_level_is_read_back_from_its_binding(tmp_path, monkeypatch, code: bytes, want) -> None:
+    """ORT runs at AVX-512 unless its binding's MLAS skips the AVX-512F branch (the experiment's copy)."""
+    lib = tmp_path / "binding.so"
+    lib.write_bytes(b"\x90" * 1000 + code + b"\x90" * 1000)
+    monkeypatch.setattr(isa, "cpu_isa", lambda: "avx512")
+    monkeypatch.setitem(
+        sys.modules, "onnxruntime.capi.onnxruntime_pybind11_state", SimpleNamespace(__file__=str(lib))
+    )
+    isa.ort_isa.cache_clear()
+    try:
+        assert isa.ort_isa() == want
+    finally:
+        isa.ort_isa.cache_clear()
+
+
+def test_ort_level_on_an_avx2_cpu_is_avx2_without_a_patch(monkeypatch) -> None:
+    monkeypatch.setattr(isa, "cpu_isa", lambda: "avx2")
+    isa.ort_isa.cache_clear()
+    try:
+        assert isa.ort_isa() == ("avx2", False)
+    finally:
+        isa.ort_isa.cache_clear()
