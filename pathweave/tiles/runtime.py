@@ -56,6 +56,7 @@ def _library() -> ctypes.CDLL:
         lib.pw_linger.restype = ctypes.c_int64
         lib.pw_linger.argtypes = [ctypes.c_void_p]
         lib.pw_park.argtypes = [ctypes.c_void_p]
+        lib.pw_set_homes.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
         i64p = np.ctypeslib.ndpointer(np.int64, flags="C_CONTIGUOUS")
         lib.pw_set_program.argtypes = [ctypes.c_void_p, i64p, _I32P, _I32P, _I32P, ctypes.c_int64,
                                        ctypes.c_void_p]  # fmt: skip
@@ -242,6 +243,25 @@ class TileRuntime:
         if self._lib.pw_set_graph(self.handle, len(graph[0]) - 1, *graph):
             raise ExecutionError(f"the native tile runtime could not grow to {len(graph[0]) - 1} tiles")
         self._graph = graph  # the old arrays are released only once the C side no longer reads them
+        self._homes = None  # the C side dropped them with the old graph
+
+    #: each tile's home worker (``set_homes``), None: every ready tile stays with whoever made it ready
+    _homes: np.ndarray | None = None
+
+    def set_homes(self, homes: np.ndarray | None, steal: bool = True) -> None:
+        """Placement for the next inferences (Ramiel's lanes on the native engines): a tile that becomes
+        ready goes to its home worker's row (``homes[t] % workers``; -1: to the worker that made it ready),
+        roots start there. ``steal=False`` keeps every worker to its own row (static lanes); ``True`` lets
+        idle workers steal as without homes (lanes as a preference). None: no placement."""
+        if homes is None:
+            self._lib.pw_set_homes(self.handle, None, 0)
+            self._homes = None
+            return
+        homes = np.ascontiguousarray(homes, np.int32)
+        if homes.shape != (self.n,) or (homes < -1).any():
+            raise InputError(f"homes must be {self.n} worker numbers >= -1, got shape {homes.shape}")
+        self._lib.pw_set_homes(self.handle, homes.ctypes.data, 0 if steal else 1)
+        self._homes = homes  # kept alive while the C side reads it
 
     @property
     def workers(self) -> int:

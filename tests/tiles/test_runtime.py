@@ -299,3 +299,31 @@ def test_workers_keep_off_a_pinned_callers_cpu_and_the_callers_mask_is_kept() ->
     finally:
         os.sched_setaffinity(0, mine)
         rt.close()
+
+
+@pytest.mark.parametrize("steal", [True, False])
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_homes_place_tiles_and_keep_the_order(workers: int, steal: bool) -> None:
+    """Tiles with a home run in dependency order; without stealing each runs on its home worker."""
+    parents = _random_graph(2000, seed=11)
+    rt, out, want = _runtime(parents, workers, spin=20)
+    rng = np.random.default_rng(4)
+    homes = rng.integers(-1 if steal else 0, 4, size=len(parents)).astype(np.int32)
+    try:
+        rt.set_homes(homes, steal=steal)
+        for _ in range(10):
+            out[:] = np.nan
+            rt.run()
+            np.testing.assert_array_equal(out, want)
+            if not steal:
+                np.testing.assert_array_equal(rt.ran_on(), homes % workers)
+        rt.set_homes(None)
+        out[:] = np.nan
+        rt.run()
+        np.testing.assert_array_equal(out, want)
+        with pytest.raises(InputError):
+            rt.set_homes(np.zeros(3, np.int32))
+        with pytest.raises(InputError):
+            rt.set_homes(np.full(len(parents), -2, np.int32))
+    finally:
+        rt.close()

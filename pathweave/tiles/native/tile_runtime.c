@@ -70,6 +70,10 @@ struct pw_runtime {
     const float *test_bias;
     const int32_t *test_spin;
     int32_t *ran_on; /* worker that ran each tile, for tests and reports */
+    /* placement (pw_set_homes): each tile's home worker (modulo the workers), -1 for none, or NULL; with
+     * no_steal, a worker runs only what is in its own row (static lanes) */
+    const int32_t *home;
+    int no_steal;
     int64_t *trace;  /* when set: each tile's kernel start and end (CLOCK_MONOTONIC ns), 2 per tile */
     /* PW_OP_LAYER data: layer rows of PW_SLOTS values, each tile's layer and box, scratch per worker */
     const int64_t *layers;
@@ -145,6 +149,11 @@ static int32_t steal(pw_runtime *rt, int w) {
     return -1;
 }
 
+/* the worker whose row tile t goes to when it becomes ready; -1: whoever made it ready */
+static inline int home_of(const pw_runtime *rt, int32_t t) {
+    return rt->home && rt->home[t] >= 0 ? rt->home[t] % rt->n_workers : -1;
+}
+
 static int run_kernel(pw_runtime *rt, int32_t t, int w) {
     switch (rt->op[t]) {
     case PW_OP_LAYER: {
@@ -171,16 +180,26 @@ static int run_kernel(pw_runtime *rt, int32_t t, int w) {
     }
 }
 
+/* 1 if worker w may find a tile: any row holds one, or (no_steal) its own row does */
+static int work_for(pw_runtime *rt, int w) {
+    if (atomic_load(&rt->ready) <= 0) return 0;
+    if (!rt->no_steal) return 1;
+    pthread_mutex_lock(&rt->rows[w].lock);
+    const int mine = rt->rows[w].mask != 0;
+    pthread_mutex_unlock(&rt->rows[w].lock);
+    return mine;
+}
+
 /* Wait for a ready tile or the end of the inference; 1 if there may be work. */
-static int idle(pw_runtime *rt) {
+static int idle(pw_runtime *rt, int w) {
     for (int i = 0; i < PW_SPIN_ROUNDS; i++) {
-        if (atomic_load(&rt->ready) > 0) return 1;
+        if (work_for(rt, w)) return 1;
         if (atomic_load(&rt->done) >= rt->n_tiles || atomic_load(&rt->error)) return 0;
         if ((i & 63) == 63) sched_yield();
     }
     pthread_mutex_lock(&rt->park_lock);
     atomic_fetch_add(&rt->parked, 1);
-    while (atomic_load(&rt->ready) == 0 && atomic_load(&rt->done) < rt->n_tiles && !atomic_load(&rt->error))
+    while (!work_for(rt, w) && atomic_load(&rt->done) < rt->n_tiles && !atomic_load(&rt->error))
         pthread_cond_wait(&rt->park_cond, &rt->park_lock);
     atomic_fetch_sub(&rt->parked, 1);
     pthread_mutex_unlock(&rt->park_lock);
@@ -204,9 +223,9 @@ static void engine(pw_runtime *rt, int w) {
     while (atomic_load(&rt->done) < rt->n_tiles && !atomic_load(&rt->error)) {
         int32_t t = kept >= 0 ? kept : pop(rt, w);
         kept = -1;
-        if (t < 0) t = steal(rt, w);
+        if (t < 0 && !rt->no_steal) t = steal(rt, w);
         if (t < 0) {
-            idle(rt);
+            idle(rt, w);
             continue;
         }
         int64_t *trace = rt->trace;
@@ -221,7 +240,10 @@ static void engine(pw_runtime *rt, int w) {
         for (int32_t k = rt->c_ptr[t]; k < rt->c_ptr[t + 1]; k++) {
             int32_t c = rt->c_idx[k];
             if (atomic_fetch_sub(&rt->pending[c], 1) == 1) {
-                if (kept < 0)
+                const int h = home_of(rt, c);
+                if (h >= 0 && h != w)
+                    push(rt, h, c);
+                else if (kept < 0)
                     kept = c;
                 else
                     push(rt, w, c);
@@ -332,6 +354,7 @@ int pw_set_graph(pw_runtime *rt, int32_t n_tiles, const int32_t *p_ptr, const in
         /* the program of the old graph does not fit the new one: layer tiles fail until pw_set_program */
         rt->layers = NULL, rt->tile_layer = NULL, rt->tile_lo = NULL, rt->tile_hi = NULL;
         rt->trace = NULL; /* sized for the old graph */
+        rt->home = NULL, rt->no_steal = 0;
         for (int32_t t = 0; t < n_tiles; t++) {
             rt->col[t] = col[t] < 0 ? 0 : (col[t] >= PW_MAX_COLS ? PW_MAX_COLS - 1 : col[t]);
             rt->ran_on[t] = -1;
@@ -371,6 +394,15 @@ void pw_park(pw_runtime *rt) { atomic_store(&rt->hush, 1); }
 int64_t pw_linger(pw_runtime *rt) { return atomic_load(&rt->linger_ns); }
 long pw_steals(const pw_runtime *rt) { return atomic_load(&rt->steals); }
 const int32_t *pw_ran_on(const pw_runtime *rt) { return rt->ran_on; }
+
+/* Each tile's home worker from the next inference on (modulo the workers; -1: none), or NULL for none;
+ * no_steal: workers run only their own rows' tiles (static lanes; then every tile needs a home or is
+ * run by the worker that made it ready). Set between inferences; the array must outlive its use (Python
+ * keeps it); a new graph drops it. */
+void pw_set_homes(pw_runtime *rt, const int32_t *home, int no_steal) {
+    rt->home = home;
+    rt->no_steal = home ? no_steal : 0;
+}
 
 /* Record each tile's kernel start and end into trace (2 x n_tiles int64, ns) from the next inference on,
  * or stop recording (NULL). Set between inferences; the array must outlive its use (Python keeps it). */
@@ -461,7 +493,10 @@ int pw_run(pw_runtime *rt) {
     atomic_store(&rt->steals, 0);
     __atomic_store_n(&rt->generation, rt->generation + 1, __ATOMIC_RELEASE); /* lingering workers read it */
     atomic_store(&rt->done, 0);
-    for (int32_t i = 0; i < rt->n_roots; i++) push_quiet(rt, i % rt->n_workers, rt->roots[i]);
+    for (int32_t i = 0; i < rt->n_roots; i++) {
+        const int h = home_of(rt, rt->roots[i]);
+        push_quiet(rt, h >= 0 ? h : i % rt->n_workers, rt->roots[i]);
+    }
     atomic_fetch_add(&rt->active, 1);
     pthread_cond_broadcast(&rt->park_cond);
     pthread_mutex_unlock(&rt->park_lock);
