@@ -181,3 +181,15 @@ def test_default_rule_fuses_large_maps_only(monkeypatch: pytest.MonkeyPatch) -> 
             assert _fused(strat) == fused
         finally:
             strat.close()
+
+
+def test_fused_pair_reads_a_channels_last_input(level: str, fuse_all: None, outputs_close) -> None:  # noqa: ANN001
+    net = _net((17, 20, 17, 33, 3, 2, 1, 1, "relu6", "none", False))
+    x = torch.randn(2, 17, 17, 33).to(memory_format=torch.channels_last)
+    strat = TilesStrategy(pathweave.capture(net, x), threads=2)
+    try:
+        assert _fused(strat) == 1
+        with torch.no_grad():
+            outputs_close(strat(x), net(x), rtol=1e-5, atol_scale=1e-5)
+    finally:
+        strat.close()
