@@ -1,11 +1,12 @@
 """ASPEN on CPU end to end: strategy "tiles".
 
 The captured graph is rewritten for tile kernels (constants and size-only ops folded, batch norm folded
-into the convolutions, activations and residual adds fused into their epilogues, depthwise
-convolutions into the 1x1 convolutions after them), cut into a tile graph,
-given a kernel row per layer, and run by the native engines: one per worker thread, no barriers, the GIL
-released for the whole inference. At build time the result on the example inputs is compared with the
-rewritten graph run by PyTorch; a mismatch raises ``ExecutionError`` (nothing wrong is ever returned).
+into the convolutions, activations and residual adds fused into their epilogues; with
+PATHWEAVE_TILES_FUSE_DW=1 large depthwise convolutions into the 1x1 convolutions after them), cut into a
+tile graph, given a kernel row per layer, and run by the native engines: one per worker thread, no
+barriers, the GIL released for the whole inference. At build time the result on the example inputs is
+compared with the rewritten graph run by PyTorch; a mismatch raises ``ExecutionError`` (nothing wrong is
+ever returned).
 """
 
 from __future__ import annotations

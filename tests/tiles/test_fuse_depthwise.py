@@ -60,7 +60,7 @@ def fuse_all(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Every eligible pair fused, whatever its size (the default rule fuses large maps only)."""
     monkeypatch.setattr(fuse_depthwise, "MIN_BYTES", 0)
     monkeypatch.setattr(fuse_depthwise, "MIN_ROWS", 1)
-    monkeypatch.delenv(fuse_depthwise.ENV, raising=False)
+    monkeypatch.setenv(fuse_depthwise.ENV, "1")
     yield
 
 
@@ -159,8 +159,14 @@ def test_pairs_left_alone(fuse_all: None, outputs_close) -> None:  # noqa: ANN00
         strat.close()
 
 
-def test_switched_off_by_the_environment(fuse_all: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(fuse_depthwise.ENV, "0")
+@pytest.mark.parametrize("setting", [None, "0"])
+def test_off_unless_the_environment_asks(
+    fuse_all: None, monkeypatch: pytest.MonkeyPatch, setting: str | None
+) -> None:
+    if setting is None:
+        monkeypatch.delenv(fuse_depthwise.ENV)
+    else:
+        monkeypatch.setenv(fuse_depthwise.ENV, setting)
     net = _net(CASES[3])
     strat = TilesStrategy(pathweave.capture(net, torch.randn(1, 33, 17, 33)), threads=2)
     try:
@@ -170,10 +176,10 @@ def test_switched_off_by_the_environment(fuse_all: None, monkeypatch: pytest.Mon
         strat.close()
 
 
-def test_default_rule_fuses_large_maps_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    """By default a pair is fused where one image's depthwise output is at least ``MIN_BYTES``: 32
-    channels of 112 x 112 (1.6 MB) are, 32 of 28 x 28 are not."""
-    monkeypatch.delenv(fuse_depthwise.ENV, raising=False)
+def test_rule_fuses_large_maps_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Switched on, the pass fuses a pair where one image's depthwise output is at least ``MIN_BYTES``:
+    32 channels of 112 x 112 (1.6 MB) are, 32 of 28 x 28 are not."""
+    monkeypatch.setenv(fuse_depthwise.ENV, "1")
     for size, fused in ((112, 1), (28, 0)):
         net = _net((32, 16, size, size, 3, 1, 1, 1, "relu6", "none", False))
         strat = TilesStrategy(pathweave.capture(net, torch.randn(1, 32, size, size)), threads=2)
