@@ -30,7 +30,7 @@ K_REDUCE, K_GROUPNORM, K_ROLL, K_COMPARE = range(40, 44)
 #: tile_resize.c's (45..49)
 K_NEAREST, K_BILINEAR, K_SHUFFLE = range(45, 48)
 #: tile_depthwise.c's (50..54)
-K_DEPTHWISE = 50
+K_DEPTHWISE, K_DWPW = 50, 51
 #: floats after each phase row of its padded copy (PW_DW_SLACK)
 DW_SLACK = 16
 #: how a convolution uses its packed weights (slot S_WPACK_T)

@@ -35,6 +35,7 @@ from pathweave.tiles.abi import (
     K_CAT,
     K_CONV,
     K_DEPTHWISE,
+    K_DWPW,
     K_EWISE,
     K_LINEAR,
     K_MAXPOOL,
@@ -61,6 +62,7 @@ from pathweave.tiles.abi import (
     S_KW,
     S_NAUX,
     S_OP,
+    S_OSHAPE,
     S_PH,
     S_POINTWISE,
     S_PW,
@@ -75,8 +77,9 @@ from pathweave.tiles.abi import (
     S_XSTRIDE,
     S_Y,
     S_YSTRIDE,
+    SLOTS,
 )
-from pathweave.tiles.conv_layout import conv_layout, is_depthwise
+from pathweave.tiles.conv_layout import NARROW_MAX_POSITIONS, conv_layout, is_depthwise
 from pathweave.tiles.maps import as_ints
 from pathweave.tiles.resize import kernel_tables, resize_of
 from pathweave.tiles.rows import (
@@ -89,7 +92,7 @@ from pathweave.tiles.rows import (
     packed_once,
     pad4,
 )
-from pathweave.tiles.runtime import winograd_scratch
+from pathweave.tiles.runtime import dwpw_scratch, winograd_scratch
 
 #: the element-wise kernel's activations by op name (those without parameters, which epilogues apply too)
 UNARY = {
@@ -185,6 +188,66 @@ def _depthwise(t: LayerRow, x: View) -> int:
     rows = (t.graph.largest_extent(t.index, 2) - 1) * sh + (kh - 1) * dh + 1
     copied = (-(-(x.shape[3] + 2 * pw) // sw) + DW_SLACK) * sw
     return rows * copied + copied + 4 * DW_SLACK
+
+
+#: floats of the depthwise output a fused depthwise + 1x1 tile computes per block of rows
+#: (``dw_pw_conv``), and the fewest rows of a block (its window's halo rows are copied once per block):
+#: the block stays in L2 between the depthwise sums and the product that reads it. Blocks of 16K floats
+#: or of 1 to 4 rows ran 10-60% slower than 64K (1 worker, mobilenet_v2's pairs alone)
+DWPW_BLOCK_FLOATS, DWPW_MIN_BLOCK_ROWS = 65536, 8
+#: blocks of fewer positions than this take the transposed micro-kernel (vectors along the channels), as
+#: do those whose last 48-wide column pass would be one vector (``conv_layout``'s "narrow")
+DWPW_NARROW_POSITIONS = 48
+
+
+def dw_pw_conv(t: LayerRow) -> int:
+    """``fuse_depthwise``'s depthwise + 1x1 convolution (native/tile_depthwise.c's ``pw_dwpw_tile``): the
+    row is the 1x1 convolution's, its packed weights in panels, and points (``S_AUX``) at a depthwise row
+    kept with the program; ``S_KH``: the output rows per block."""
+    args, row, view, node = t.args, t.row, t.view, t.node
+    x = dense_view(view(args["input"]), "input")
+    w = dense_view(view(args["weight"]), "weight")
+    out = out_shape(node)
+    lo, hi = t.graph.layer_tile_start[t.index], t.graph.layer_tile_start[t.index + 1]
+    whole = (t.graph.tile_lo[lo:hi, 1] == 0) & (t.graph.tile_hi[lo:hi, 1] == out[1])
+    whole &= (t.graph.tile_lo[lo:hi, 3] == 0) & (t.graph.tile_hi[lo:hi, 3] == out[3])
+    if len(x.shape) != 4 or not whole.all():
+        raise NoKernel("tiles must span whole output rows of every channel")
+    dw = np.zeros(SLOTS, dtype=np.int64)
+    t.keep.append(dw)
+    dw_w = dense_view(view(args["dw_weight"]), "dw_weight")
+    dw[S_OP], dw[S_ACT], dw[S_X], dw[S_W] = K_DEPTHWISE, ACTS[args["dw_act"]], x.address, dw_w.address
+    if args.get("dw_bias") is not None:
+        dw[S_BIAS] = dense_view(view(args["dw_bias"]), "dw_bias").address
+    k = w.shape[1]
+    dw[S_XSHAPE : S_XSHAPE + 4] = x.shape
+    dw[S_OSHAPE : S_OSHAPE + 4] = [out[0], k, out[2], out[3]]
+    (sh, sw), (ph, pw), (dh, dwid) = (as_ints(args[a], 2) for a in ("stride", "padding", "dilation"))
+    dw[S_KH : S_GROUPS + 1] = [*dw_w.shape[2:], sh, sw, ph, pw, dh, dwid, x.shape[1]]
+    row[S_OP], row[S_ACT], row[S_W], row[S_AUX] = K_DWPW, ACTS[args["act"]], w.address, dw.ctypes.data
+    row[S_XSHAPE : S_XSHAPE + 4] = dw[S_OSHAPE : S_OSHAPE + 4]
+    if args.get("bias") is not None:
+        row[S_BIAS] = dense_view(view(args["bias"]), "bias").address
+    if args.get("residual") is not None:
+        res = dense_view(view(args["residual"]), "residual")
+        if res.shape != out:
+            raise NoKernel("residual of another shape")
+        row[S_Y] = res.address
+    rows = t.graph.largest_extent(t.index, 2)
+    block = min(rows, max(DWPW_MIN_BLOCK_ROWS, DWPW_BLOCK_FLOATS // max(1, k * out[3])))
+    blocks = -(-rows // block)
+    block = -(-rows // blocks)  # the kernel's blocks are even: the largest
+    positions = block * out[3]
+    tail = 0 < positions % 48 <= 16 or positions < DWPW_NARROW_POSITIONS
+    narrow = positions <= NARROW_MAX_POSITIONS and tail
+    packed = _packed(args["weight"], w, 1, PANEL_ROWS_T) if narrow else None
+    if packed is None:  # fewer output channels than the transposed kernel's panel: panels of 8
+        narrow, packed = False, _packed(args["weight"], w, 1, PANEL_ROWS)
+    if packed is None:
+        raise NoKernel("the 1x1 weight is not a constant")
+    t.keep.append(packed)
+    row[S_WPACK], row[S_WPACK_T], row[S_KH] = packed.ctypes.data, PACKS["narrow" if narrow else None], block
+    return dwpw_scratch(row, dw, rows)
 
 
 def _conv_scratch(t: LayerRow, x: View, layout: str | None, k: int) -> int:

@@ -25,6 +25,7 @@ from pathweave.analysis.cost import node_cost
 from pathweave.analysis.ops import op_name
 from pathweave.errors import InputError
 from pathweave.frontend.shapes import tensor_specs
+from pathweave.tiles import fuse_depthwise
 from pathweave.tiles.conv_layout import (
     NARROW_ALIGN,
     WINOGRAD_MIN_BLOCKS,
@@ -96,7 +97,9 @@ def build_tile_graph(
     large = tiles_per_layer is None and large_gemm_tiles
     grids = []
     for node, count in zip(layers, counts, strict=True):
-        least = _min_piece(node, winograd_min_channels) if large else None
+        # a fused depthwise + 1x1 layer's tiles span every channel whatever the count asked for
+        whole = (1, shape(node)[1], 1, 1) if op_name(node) == "dw_pw_conv" else None
+        least = _min_piece(node, winograd_min_channels) if large else whole
         grids.append(make_grid(shape(node), count, least, _align(node, winograd_min_channels)))
     starts = np.concatenate([[0], np.cumsum([g.count for g in grids])]).astype(np.int64)
     if starts[-1] >= 2**31:
@@ -134,6 +137,8 @@ def _align(node: torch.fx.Node, winograd_min_channels: int) -> tuple[int, ...] |
     channel pieces on whole groups."""
     dims = shape(node)
     kind = TILE_OPS[op_name(node)].kind
+    if op_name(node) == "dw_pw_conv":  # every channel in each tile
+        return None
     if kind == "conv" and len(dims) == 4 and is_depthwise(node):
         return (1, CHANNEL_ALIGN, 1, 1)
     if kind == "conv" and len(dims) == 4:
@@ -159,6 +164,8 @@ def _min_piece(node: torch.fx.Node, winograd_min_channels: int) -> tuple[int, ..
     whole = op.whole(node) if op.whole else set()
     if whole:  # a tile of a layer norm or softmax computes its rows' statistics once: whole rows
         return tuple(n if d in whole else 1 for d, n in enumerate(dims))
+    if op_name(node) == "dw_pw_conv":  # rows only: each tile computes the depthwise rows it reads once
+        return (1, dims[1], math.ceil(GEMM_MIN_COLUMNS / max(dims[3], 1)), 1)
     if op.kind == "conv" and len(dims) == 4 and is_depthwise(node):  # channels only: no halo copied twice
         return (1, DEPTHWISE_MIN_CHANNELS, dims[2], 1)
     if op.kind == "conv" and len(dims) == 4 and conv_layout(node, winograd_min_channels) == "winograd":
@@ -218,7 +225,11 @@ def _default_count(
     # activations only: a weight is shared by all tiles, an embedding table is read a few rows at a time
     moved = [node, *(a for a in node.all_input_nodes if a.op != "get_attr")]
     nbytes = sum(s.nbytes for n in moved for s in tensor_specs(n))
-    count = max(1, math.ceil((node_cost(node, kind=op.kind).flops + BYTE_WORK * nbytes) / work))
+    fused = op_name(node) == "dw_pw_conv"
+    flops = fuse_depthwise.flops(node) if fused else node_cost(node, kind=op.kind).flops
+    count = max(1, math.ceil((flops + BYTE_WORK * nbytes) / work))
+    if fused:
+        return max(count, fuse_depthwise.MIN_TILES)
     return max(count, DEPTHWISE_MIN_TILES) if is_depthwise(node) else count
 
 

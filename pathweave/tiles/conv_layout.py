@@ -76,7 +76,7 @@ def conv_layout(node: torch.fx.Node, winograd_min_channels: int = WINOGRAD_MIN_C
     for one group, no dilation and at least ``NARROW_MIN_K`` products per output
     (``PADDED_MIN_K_STRIDED`` for stride 2). None: the row-vector kernels, and every other node."""
     dims = shape(node)
-    if op_name(node) not in CONVOLUTIONS or len(dims) != 4:
+    if op_name(node) not in CONVOLUTIONS - {"dw_pw_conv"} or len(dims) != 4:  # that one: its binder's
         return None
     args = bound_args(node)
     weight = args.get("weight")

@@ -62,7 +62,8 @@ _EAGER = {
 }
 
 
-def _activate(y: torch.Tensor, act: str) -> torch.Tensor:
+def activate(y: torch.Tensor, act: str) -> torch.Tensor:
+    """``y`` under the named epilogue activation as eager computes it ("none": ``y`` itself)."""
     return _EAGER[act](y) if act in _EAGER else y
 
 
@@ -78,13 +79,13 @@ def _conv2d_act(
     act: str,
 ) -> torch.Tensor:
     y = F.conv2d(input, weight, bias, stride, padding, dilation, groups)
-    return _activate(y if residual is None else y + residual, act)
+    return activate(y if residual is None else y + residual, act)
 
 
 def _linear_act(
     input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, act: str
 ) -> torch.Tensor:
-    return _activate(F.linear(input, weight, bias), act)
+    return activate(F.linear(input, weight, bias), act)
 
 
 def _batch_norm_act(
@@ -96,7 +97,7 @@ def _batch_norm_act(
     eps: float,
     act: str,
 ) -> torch.Tensor:
-    return _activate(F.batch_norm(input, running_mean, running_var, weight, bias, False, 0.0, eps), act)
+    return activate(F.batch_norm(input, running_mean, running_var, weight, bias, False, 0.0, eps), act)
 
 
 def _cat_batch_norm_act(

@@ -56,8 +56,9 @@ CREATION = {
     "arange", "zeros", "ones", "full", "empty", "scalar_tensor", "zeros_like", "ones_like", "full_like",
     "empty_like", "new_zeros", "new_ones", "new_full", "new_empty",
 }  # fmt: skip
-#: every convolution the table maps (``fuse_epilogue``'s conv2d_act among them)
-CONVOLUTIONS = {"conv1d", "conv2d", "convolution", "conv2d_act"}
+#: every convolution the table maps (``fuse_epilogue``'s conv2d_act and ``fuse_depthwise``'s dw_pw_conv
+#: among them)
+CONVOLUTIONS = {"conv1d", "conv2d", "convolution", "conv2d_act", "dw_pw_conv"}
 BATCH_NORMS = {"batch_norm", "_native_batch_norm_legit_no_training", "batch_norm_act"}
 LAYER_NORMS = {"layer_norm", "native_layer_norm"}
 GROUP_NORMS = {"group_norm", "native_group_norm"}
@@ -243,6 +244,25 @@ def conv_act(node: torch.fx.Node, args: dict[str, Any]) -> list[Source]:
     """``fuse_epilogue``'s conv2d + residual + activation: the residual is read at the output's positions."""
     residual = args.get("residual")
     return conv(node, args) + ([(residual, lambda r: r)] if is_tensor(residual) else [])
+
+
+def dw_pw_conv(node: torch.fx.Node, args: dict[str, Any]) -> list[Source]:
+    """``fuse_depthwise``'s depthwise + 1x1 convolution: a region of the output reads the depthwise
+    window of its positions in every input channel (the 1x1 product sums over all of them), and the
+    residual at its own positions; weights and biases whole."""
+    x, dw_w = args["input"], args["dw_weight"]
+    x_shape, w_shape = shape(x), shape(dw_w)
+    window = partial(
+        tr.conv_input, in_shape=x_shape, weight_shape=w_shape, stride=as_ints(args["stride"], 2),
+        padding=as_ints(args["padding"], 2), dilation=as_ints(args["dilation"], 2), groups=x_shape[1],
+    )  # fmt: skip
+    out: list[Source] = [(x, lambda r: window((r[0], (0, w_shape[0]), *r[2:])))]
+    for key in ("dw_weight", "dw_bias", "weight", "bias"):
+        if is_tensor(args.get(key)):
+            out.append((args[key], partial(lambda r, whole: whole, whole=tr.whole(shape(args[key])))))
+    if is_tensor(args.get("residual")):
+        out.append((args["residual"], lambda r: r))
+    return out
 
 
 def pool(node: torch.fx.Node, args: dict[str, Any]) -> list[Source]:

@@ -1,7 +1,7 @@
-"""The tiles' op table: one ``TileOp`` row per ATen op (and per fused op of ``fuse_epilogue`` /
-``fuse_matmul``) with its range map, its kernel binder or ``None`` (graph only), its cost kind and its
-tiling hints. Adding a tile op is one row here, its map in ``maps``, its binder in ``bind_*`` and its
-C kernel in ``native/``.
+"""The tiles' op table: one ``TileOp`` row per ATen op (and per fused op of ``fuse_epilogue``,
+``fuse_matmul`` and ``fuse_depthwise``) with its range map, its kernel binder or ``None`` (graph only),
+its cost kind and its tiling hints. Adding a tile op is one row here, its map in ``maps``, its binder in
+``bind_*`` and its C kernel in ``native/``.
 """
 
 from __future__ import annotations
@@ -107,6 +107,7 @@ TILE_OPS: dict[str, TileOp] = {
     # windows
     **_rows(("conv2d",), maps=maps.conv, bind=bind_cnn.conv, reads="dense"),
     **_rows(("conv2d_act",), "conv", maps=maps.conv_act, bind=bind_cnn.conv, reads="dense"),
+    **_rows(("dw_pw_conv",), "conv", maps=maps.dw_pw_conv, bind=bind_cnn.dw_pw_conv, reads="dense"),
     **_rows(("conv1d", "convolution"), maps=maps.conv, bind=None),
     **_rows(("max_pool2d", "avg_pool2d"), maps=maps.pool, bind=bind_cnn.pool, reads="rows"),
     **_rows(("max_pool2d_with_indices",), maps=maps.pool, bind=None),

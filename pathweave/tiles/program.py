@@ -21,6 +21,7 @@ from pathweave.analysis.ops import op_name
 from pathweave.tiles.abi import (
     K_CONV,
     K_DEPTHWISE,
+    K_DWPW,
     PACKS,
     S_GROUPS,
     S_OP,
@@ -160,11 +161,14 @@ CONV_KERNELS = {PACKS[None]: "direct", PACKS["narrow"]: "narrow", PACKS["padded"
 
 def kernel_names(layers: np.ndarray) -> list[str]:
     """Which path each convolution row of a program takes ("winograd", "padded", "narrow", "direct" on the
-    packed micro-kernels, "1x1" on the input as it lies, "depthwise", "sgemm"); "" for other layers."""
+    packed micro-kernels, "1x1" on the input as it lies, "depthwise",
+    "depthwise+1x1" (``fuse_depthwise``), "sgemm"); "" for other layers."""
     names = []
     for row in layers:
         if row[S_OP] == K_DEPTHWISE:
             names.append("depthwise")
+        elif row[S_OP] == K_DWPW:
+            names.append("depthwise+1x1")
         elif row[S_OP] != K_CONV:
             names.append("")
         elif row[S_WPACK]:

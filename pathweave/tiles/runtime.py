@@ -391,3 +391,13 @@ def winograd_scratch(channels_in: int, rows: int, channels_out: int, width: int)
     fn.restype = ctypes.c_int64
     fn.argtypes = [ctypes.c_int64] * 4
     return int(fn(channels_in, rows, channels_out, width))
+
+
+def dwpw_scratch(row: np.ndarray, depthwise: np.ndarray, rows: int) -> int:
+    """Scratch floats a fused depthwise + 1x1 convolution tile of at most ``rows`` output rows needs
+    (``native/tile_depthwise.c``'s ``pw_dwpw_scratch``): ``row`` the fused layer's row, ``depthwise`` its
+    depthwise row (int64, as the binder fills them)."""
+    fn = _library().pw_dwpw_scratch
+    fn.restype = ctypes.c_int64
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
+    return int(fn(row.ctypes.data, depthwise.ctypes.data, rows))

@@ -1,10 +1,12 @@
 """ASPEN on CPU end to end: strategy "tiles".
 
 The captured graph is rewritten for tile kernels (constants and size-only ops folded, batch norm folded
-into the convolutions, activations and residual adds fused into their epilogues), cut into a tile graph,
-given a kernel row per layer, and run by the native engines: one per worker thread, no barriers, the GIL
-released for the whole inference. At build time the result on the example inputs is compared with the
-rewritten graph run by PyTorch; a mismatch raises ``ExecutionError`` (nothing wrong is ever returned).
+into the convolutions, activations and residual adds fused into their epilogues; with
+PATHWEAVE_TILES_FUSE_DW=1 large depthwise convolutions into the 1x1 convolutions after them), cut into a
+tile graph, given a kernel row per layer, and run by the native engines: one per worker thread, no
+barriers, the GIL released for the whole inference. At build time the result on the example inputs is
+compared with the rewritten graph run by PyTorch; a mismatch raises ``ExecutionError`` (nothing wrong is
+ever returned).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from pathweave.sequential import locate_failure
 from pathweave.strategy import CallGuard, Strategy
 from pathweave.tiles import conv1d as tile_conv1d
 from pathweave.tiles import conv_transpose as tile_conv_transpose
+from pathweave.tiles import fuse_depthwise as tile_fuse_depthwise
 from pathweave.tiles import fuse_epilogue as tile_fuse
 from pathweave.tiles import fuse_matmul as tile_fuse_matmul
 from pathweave.tiles import sdpa as tile_sdpa
@@ -38,7 +41,7 @@ from pathweave.tiles.runtime import TileRuntime, gemm_isa
 
 #: the rewrites before a graph is cut into tiles (also those of the tile islands, ``tiles.mixed``)
 PASSES = (canonical, fold_sizes, prune, dedupe, tile_conv1d, tile_conv_transpose, fold_bn, tile_sdpa,
-          tile_fuse, tile_fuse_matmul)  # fmt: skip
+          tile_fuse, tile_fuse_depthwise, tile_fuse_matmul)  # fmt: skip
 #: the tile kernels against PyTorch on the same rewritten graph: float sums in another order
 CHECK_RTOL, CHECK_ATOL = 1e-3, 1e-4
 

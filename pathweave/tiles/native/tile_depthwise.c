@@ -75,19 +75,21 @@ static void tap_offsets(const int64_t *L, const dw_geom *g, int64_t *off) {
         for (int64_t j = 0; j < kw; j++) off[i * kw + j] = i * dh * g->row + (j * dw % sw) * g->phase + j * dw / sw;
 }
 
-/* output rows [oh0, oh1) of one channel from its copy (scalar; PATHWEAVE_ISA=generic) */
+/* output rows [oh0, oh1) of one channel from its copy (scalar; PATHWEAVE_ISA=generic); oc and rc point at
+ * row oh0 */
 static void plane_generic(const int64_t *L, const float *copy, const dw_geom *g, const int64_t *off,
                           const float *wc, float b, const float *rc, float *oc, int64_t oh0, int64_t oh1) {
     const int64_t OW = L[S_OSHAPE + 3], taps = L[S_KH] * L[S_KW], sh = L[S_SH];
-    const int relu = L[S_ACT] == PW_ACT_RELU;
+    const int relu = L[S_ACT] == PW_ACT_RELU || L[S_ACT] == PW_ACT_RELU6, relu6 = L[S_ACT] == PW_ACT_RELU6;
     for (int64_t oh = oh0; oh < oh1; oh++) {
         const float *src = copy + (oh - oh0) * sh * g->row;
         for (int64_t ow = 0; ow < OW; ow++) {
             float acc = b;
             for (int64_t t = 0; t < taps; t++) acc += wc[t] * src[off[t] + ow];
-            if (rc) acc += rc[oh * OW + ow];
+            if (rc) acc += rc[(oh - oh0) * OW + ow];
             if (relu && acc < 0.0f) acc = 0.0f; /* NaN stays */
-            oc[oh * OW + ow] = acc;
+            if (relu6 && acc > 6.0f) acc = 6.0f;
+            oc[(oh - oh0) * OW + ow] = acc;
         }
     }
 }
@@ -110,37 +112,97 @@ static void copy_generic(const int64_t *L, const float *xc, const dw_geom *g, fl
 #undef PW_VW
 #endif
 
+/* the kernels of the level the matrix kernels run (PATHWEAVE_ISA may lower it) */
+static void pick(plane_fn *plane, copy_fn *copy_rows) {
+    *plane = plane_generic, *copy_rows = copy_generic;
+#ifdef PW_DW_X86
+    const int vw = pw_vec_width();
+    if (vw == 16) *plane = plane_16, *copy_rows = copy_rows_16;
+    if (vw == 8) *plane = plane_8, *copy_rows = copy_rows_8;
+#endif
+}
+
+/* Output rows [oh0, oh1) of channels [o0, o1) of image n: channel o's rows at out + (o - o0) * cstride,
+ * one after another (OW apart), and its residual's likewise at res (or NULL); work: the padded copy's
+ * scratch (pw_depthwise_scratch floats for oh1 - oh0 rows). */
+static void channels(const int64_t *L, int64_t n, int64_t o0, int64_t o1, int64_t oh0, int64_t oh1, float *out,
+                     const float *res, int64_t cstride, float *work) {
+    const float *x = in_f(L[S_X]), *w = in_f(L[S_W]), *bias = in_f(L[S_BIAS]);
+    const int64_t C = L[S_XSHAPE + 1], H = L[S_XSHAPE + 2], W = L[S_XSHAPE + 3], O = L[S_OSHAPE + 1];
+    const int64_t OW = L[S_OSHAPE + 3], taps = L[S_KH] * L[S_KW], og = O / C, act = L[S_ACT];
+    const dw_geom g = geometry(L, oh0, oh1);
+    float *copy = work, *tmp = copy + g.rows * g.row;
+    int64_t off[64];
+    tap_offsets(L, &g, off);
+    plane_fn plane;
+    copy_fn copy_rows;
+    pick(&plane, &copy_rows);
+    for (int64_t o = o0; o < o1; o++) {
+        const int64_t c = o / og;
+        if (o == o0 || c != (o - 1) / og) /* a new input channel: copy its rows */
+            copy_rows(L, x + (n * C + c) * H * W, &g, copy, tmp);
+        float *oc = out + (o - o0) * cstride;
+        plane(L, copy, &g, off, w + o * taps, bias ? bias[o] : 0.0f, res ? res + (o - o0) * cstride : NULL, oc,
+              oh0, oh1);
+        if (act != PW_ACT_NONE && act != PW_ACT_RELU && act != PW_ACT_RELU6)
+            pw_activate(oc, (oh1 - oh0) * OW, (int)act);
+    }
+}
+
 int pw_depthwise_tile(const int64_t *L, const int32_t *lo, const int32_t *hi, float *scratch) {
-    const float *x = in_f(L[S_X]), *w = in_f(L[S_W]), *bias = in_f(L[S_BIAS]), *res = in_f(L[S_Y]);
+    const float *res = in_f(L[S_Y]);
     float *out = (float *)(intptr_t)L[S_OUT];
-    const int64_t C = L[S_XSHAPE + 1], H = L[S_XSHAPE + 2], W = L[S_XSHAPE + 3];
-    const int64_t O = L[S_OSHAPE + 1], OH = L[S_OSHAPE + 2], OW = L[S_OSHAPE + 3];
-    const int64_t taps = L[S_KH] * L[S_KW], og = O / C, act = L[S_ACT];
-    const int64_t oh0 = lo[2], oh1 = hi[2];
+    const int64_t C = L[S_XSHAPE + 1], O = L[S_OSHAPE + 1], OH = L[S_OSHAPE + 2], OW = L[S_OSHAPE + 3];
+    const int64_t taps = L[S_KH] * L[S_KW];
     if (lo[3] != 0 || hi[3] != OW || taps > 64 || L[S_GROUPS] != C) return 1;
     /* the copy goes where another convolution's im2col may be kept: forget it */
     memset(scratch, 0xff, PW_SCRATCH_HEADER * sizeof(float));
-    const dw_geom g = geometry(L, oh0, oh1);
-    float *copy = scratch + PW_SCRATCH_HEADER, *tmp = copy + g.rows * g.row;
-    int64_t off[64];
-    tap_offsets(L, &g, off);
-    plane_fn plane = plane_generic;
-    copy_fn copy_rows = copy_generic;
-#ifdef PW_DW_X86
-    const int vw = pw_vec_width(); /* the level the matrix kernels run (PATHWEAVE_ISA may lower it) */
-    if (vw == 16) plane = plane_16, copy_rows = copy_rows_16;
-    if (vw == 8) plane = plane_8, copy_rows = copy_rows_8;
-#endif
+    for (int64_t n = lo[0]; n < hi[0]; n++) {
+        const int64_t at = (n * O + lo[1]) * OH * OW + lo[2] * OW;
+        channels(L, n, lo[1], hi[1], lo[2], hi[2], out + at, res ? res + at : NULL, OH * OW,
+                 scratch + PW_SCRATCH_HEADER);
+    }
+    return 0;
+}
+
+/* floats rounded up to whole 64-byte lines */
+static inline int64_t lines(int64_t floats) { return (floats + 15) / 16 * 16; }
+
+int64_t pw_dwpw_scratch(const int64_t *L, const int64_t *D, int64_t rows) {
+    const int64_t block = L[S_KH] < rows ? L[S_KH] : rows, P = block * L[S_OSHAPE + 3];
+    const int64_t sums = L[S_WPACK_T] == PW_PACK_TRANSPOSED ? P * lines(L[S_OSHAPE + 1]) : 0;
+    return lines(D[S_OSHAPE + 1] * P) + lines(pw_depthwise_scratch(D, block)) + sums;
+}
+
+int pw_dwpw_tile(const int64_t *L, const int32_t *lo, const int32_t *hi, float *scratch) {
+    const int64_t *D = (const int64_t *)(intptr_t)L[S_AUX];
+    const float *res = in_f(L[S_Y]), *bias = in_f(L[S_BIAS]), *wp = in_f(L[S_WPACK]);
+    float *out = (float *)(intptr_t)L[S_OUT];
+    const int64_t K = D[S_OSHAPE + 1], O = L[S_OSHAPE + 1], OH = L[S_OSHAPE + 2], OW = L[S_OSHAPE + 3];
+    const int64_t block = L[S_KH], act = L[S_ACT];
+    if (!D || !wp || lo[1] != 0 || hi[1] != O || lo[3] != 0 || hi[3] != OW || block < 1) return 1;
+    if (D[S_KH] * D[S_KW] > 64 || D[S_GROUPS] != D[S_XSHAPE + 1] || D[S_Y]) return 1;
+    memset(scratch, 0xff, PW_SCRATCH_HEADER * sizeof(float)); /* no im2col kept here */
+    const int64_t rows = hi[2] - lo[2] < block ? hi[2] - lo[2] : block;
+    float *mid = scratch + PW_SCRATCH_HEADER, *work = mid + lines(K * rows * OW);
+    float *sums = work + lines(pw_depthwise_scratch(D, rows));
+    const int transposed = L[S_WPACK_T] == PW_PACK_TRANSPOSED;
+    const int64_t blocks = (hi[2] - lo[2] + block - 1) / block; /* of even size: 14 rows as 7 + 7 */
     for (int64_t n = lo[0]; n < hi[0]; n++)
-        for (int64_t o = lo[1]; o < hi[1]; o++) {
-            const int64_t c = o / og;
-            if (o == lo[1] || c != (o - 1) / og) /* a new input channel: copy its rows */
-                copy_rows(L, x + (n * C + c) * H * W, &g, copy, tmp);
-            float *oc = out + (n * O + o) * OH * OW;
-            const float *rc = res ? res + (n * O + o) * OH * OW : NULL;
-            plane(L, copy, &g, off, w + o * taps, bias ? bias[o] : 0.0f, rc, oc, oh0, oh1);
-            if (act != PW_ACT_NONE && act != PW_ACT_RELU && (act != PW_ACT_RELU6 || plane == plane_generic))
-                pw_activate(oc + oh0 * OW, (oh1 - oh0) * OW, (int)act);
+        for (int64_t i = 0; i < blocks; i++) {
+            const int64_t a = lo[2] + (hi[2] - lo[2]) * i / blocks, e = lo[2] + (hi[2] - lo[2]) * (i + 1) / blocks;
+            const int64_t P = (e - a) * OW;
+            /* the depthwise rows of every channel, then the pointwise product over them while they are
+             * in cache: mid is [K][P], B of the product */
+            channels(D, n, 0, K, a, e, mid, NULL, P, work);
+            float *c = out + n * O * OH * OW + a * OW;
+            const float *r = res ? res + n * O * OH * OW + a * OW : NULL;
+            if (transposed)
+                pw_gemm_packed_t(O, P, K, wp, 0, mid, P, c, OH * OW, bias, r, (int)act, sums);
+            else
+                pw_gemm_packed(O, P, K, wp, 0, mid, P, c, OH * OW, bias, r, (int)act);
+            if (act != PW_ACT_NONE && act != PW_ACT_RELU) /* the rest after the store */
+                for (int64_t o = 0; o < O; o++) pw_activate(c + o * OH * OW, P, (int)act);
         }
     return 0;
 }
@@ -223,7 +285,7 @@ PW_VTI void PW_V(rows)(const float *src, int64_t rstep, const int64_t *off, int6
 #undef PW_DW_CASE
 }
 
-/* output rows [oh0, oh1) of one channel: per column vector, blocks of up to PW_DW_ROWS rows, the rows
+/* output rows [oh0, oh1) of one channel (oc, rc at row oh0): per column vector, blocks of up to PW_DW_ROWS rows, the rows
  * left split evenly (14 rows: 7 + 7, never 8 + 2 + 2 + 2 of short dependent chains) */
 PW_VT static void PW_V(plane)(const int64_t *L, const float *copy, const dw_geom *g, const int64_t *off,
                               const float *wc, float b, const float *rc, float *oc, int64_t oh0, int64_t oh1) {
@@ -234,8 +296,8 @@ PW_VT static void PW_V(plane)(const int64_t *L, const float *copy, const dw_geom
         const vmask m = VMASK_N(OW - ow);
         for (int64_t k = 0; k < blocks; k++) {
             const int64_t a = oh0 + (oh1 - oh0) * k / blocks, e = oh0 + (oh1 - oh0) * (k + 1) / blocks;
-            PW_V(rows)(copy + (a - oh0) * rstep, rstep, off, taps, wc, b, rc ? rc + a * OW : NULL, oc + a * OW,
-                       OW, ow, m, act, e - a);
+            PW_V(rows)(copy + (a - oh0) * rstep, rstep, off, taps, wc, b, rc ? rc + (a - oh0) * OW : NULL,
+                       oc + (a - oh0) * OW, OW, ow, m, act, e - a);
         }
     }
 }

@@ -781,6 +781,7 @@ static int dispatch(const int64_t *layer, const int32_t *lo, const int32_t *hi, 
     case PW_K_CONVERT: return pw_convert_tile(layer, lo, hi);
     case PW_K_COPY: return pw_copy_tile(layer, lo, hi);
     case PW_K_DEPTHWISE: return pw_depthwise_tile(layer, lo, hi, scratch);
+    case PW_K_DWPW: return pw_dwpw_tile(layer, lo, hi, scratch);
     case PW_K_NEAREST: case PW_K_BILINEAR: case PW_K_SHUFFLE: return pw_resize_tile(layer, lo, hi);
     case PW_K_REDUCE ... PW_K_COMPARE: return pw_reduce_tile(layer, lo, hi);
     default: return 1;

@@ -80,7 +80,10 @@ enum {
     PW_K_SHUFFLE = 47   /* pixel_shuffle by S_KH */
 };
 /* depthwise convolution (tile_depthwise.c), codes 50..54: a convolution's slots, groups == input channels */
-enum { PW_K_DEPTHWISE = 50 };
+enum {
+    PW_K_DEPTHWISE = 50,
+    PW_K_DWPW = 51 /* a depthwise convolution and the 1x1 convolution that alone reads it, in one tile */
+};
 /* floats after each phase row of a depthwise tile's padded copy that its vector loads may read */
 #define PW_DW_SLACK 16
 
@@ -166,6 +169,18 @@ int pw_depthwise_tile(const int64_t *layer, const int32_t *lo, const int32_t *hi
 
 /* the scratch floats (after the header) a PW_K_DEPTHWISE tile of at most rows output rows needs */
 int64_t pw_depthwise_scratch(const int64_t *layer, int64_t rows);
+
+/* One tile of PW_K_DWPW (tile_depthwise.c): whole output rows of every output channel. Its row is the 1x1
+ * convolution's (output, residual, bias, act, packed weights: panels of PW_MR or, S_WPACK_T
+ * PW_PACK_TRANSPOSED, of PW_TR; S_XSHAPE its input's shape, the depthwise output's) with S_AUX the address
+ * of the depthwise convolution's row (a PW_K_DEPTHWISE row without output or residual) and S_KH the
+ * output rows per block: each block's depthwise rows of every channel go to the scratch, and the
+ * product reads them there. 0 on success. */
+int pw_dwpw_tile(const int64_t *layer, const int32_t *lo, const int32_t *hi, float *scratch);
+
+/* the scratch floats (after the header) a PW_K_DWPW tile of at most rows output rows needs; dw: its
+ * depthwise row */
+int64_t pw_dwpw_scratch(const int64_t *layer, const int64_t *dw, int64_t rows);
 
 /* any epilogue activation without parameters (PW_ACT_*) over n values in place (tile_kernels.c) */
 void pw_activate(float *d, int64_t n, int act);
