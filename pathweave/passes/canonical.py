@@ -7,7 +7,9 @@
 - a convolution with ``padding="same"`` or ``"valid"`` -> one with explicit padding (a
   ``constant_pad_nd`` first where "same" pads one side more, as even kernels do);
 - a one- or two-operand ``einsum`` (CvT's attention) -> sums, permutes, reshapes and one ``bmm``
-  (indices repeated within an operand stay an einsum).
+  (indices repeated within an operand stay an einsum);
+- ``relu6(x)`` (``F.relu6``; ``nn.ReLU6`` already captures as ``hardtanh``) -> ``hardtanh(x, 0, 6)``, ATen's
+  own definition of it.
 
 torch.export keeps these composite overloads as they were written (LeViT's ``reshape_as``, DPT's
 ``expand_as``, EfficientNet's "same" padding); each rewrite is the op's own definition, so results are
@@ -33,7 +35,7 @@ _PADDED_CONVS = {aten.conv1d.padding: aten.conv1d.default, aten.conv2d.padding: 
                  aten.conv3d.padding: aten.conv3d.default}  # fmt: skip
 #: ``to`` overloads that return their input itself where nothing changes
 _TO = (aten.to.dtype, aten.to.dtype_layout, aten.to.device)
-_TARGETS = (*_AS_SHAPE, aten.type_as.default, *_PADDED_CONVS, aten.einsum.default, *_TO)
+_TARGETS = (*_AS_SHAPE, aten.type_as.default, *_PADDED_CONVS, aten.einsum.default, *_TO, aten.relu6.default)
 
 
 @dataclass(frozen=True)
@@ -201,6 +203,8 @@ def apply(gm: torch.fx.GraphModule, matches: list[Canonical]) -> None:
                 continue
             elif node.target is aten.einsum.default:
                 new = _einsum(gm.graph, node)
+            elif node.target is aten.relu6.default:
+                new = emit(gm.graph, aten.hardtanh.default, node.args[0], 0.0, 6.0)
             else:
                 new = _conv(gm.graph, node)
         new.meta = {**node.meta, "val": new.meta["val"]}

@@ -126,3 +126,30 @@ def test_a_to_that_changes_nothing_goes() -> None:
     kept = [n for n in gm.graph.nodes if n.target is aten.to.dtype]
     assert [n.args[1] for n in kept] == [torch.float16, torch.float32]  # the real casts stay
     assert torch.equal(gm(x)[0], Casts()(x))
+
+
+class Relu6(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.relu6(self.conv(x)) + F.relu6(x).sum()
+
+
+def test_relu6_becomes_hardtanh_and_tiles_run_it() -> None:
+    """``F.relu6`` captured as ``aten.relu6`` had no tile map: the tiles refused the whole model."""
+    x = torch.randn(1, 3, 9, 9) * 8
+    x[0, 0, 0, :3] = torch.tensor([float("nan"), float("inf"), -float("inf")])
+    model = Relu6().eval()
+    gm = _rewritten(model, x)
+    assert aten.relu6.default not in {n.target for n in gm.graph.nodes}
+    assert aten.hardtanh.default in {n.target for n in gm.graph.nodes}
+    want = model(x)
+    got = gm(x)
+    torch.testing.assert_close(got[0] if isinstance(got, (tuple, list)) else got, want, equal_nan=True)
+    fast = pathweave.optimize(model, x, strategy="tiles")
+    try:
+        torch.testing.assert_close(fast(x), want, equal_nan=True, rtol=1e-4, atol=1e-4)
+    finally:
+        fast.close()
