@@ -299,9 +299,22 @@ int pw_convert_tile(const int64_t *L, const int32_t *lo, const int32_t *hi) {
     return 0;
 }
 
+/* The offset in x of the copy's element f (row-major over x's up to 6 dims) and its position along the
+ * last dim. The two outer dims (SQ_XOUTER) are read only when a size there exceeds 1, so a row written
+ * without them (zeros) still copies its 4 dims. */
+static int64_t copy_source(const int64_t *L, int64_t f, int64_t *c3) {
+    const int64_t *xs = L + S_XSTRIDE, *sh = L + S_XSHAPE, *outer = L + SQ_XOUTER;
+    const int64_t q = f / sh[3], q2 = q / sh[2] / sh[1];
+    *c3 = f % sh[3];
+    int64_t at = (q % sh[2]) * xs[2] + ((q / sh[2]) % sh[1]) * xs[1] + *c3 * xs[3];
+    if (outer[0] <= 1 && outer[1] <= 1) return at + q2 * xs[0];
+    const int64_t q3 = q2 / sh[0];
+    return at + (q2 % sh[0]) * xs[0] + (q3 % outer[1]) * outer[3] + (q3 / outer[1]) * outer[2];
+}
+
 /* A reshape that cannot view its input: the output, contiguous, holds the input's elements in row-major
- * order of the input's shape (S_XSHAPE, front-padded) read at its strides (S_XSTRIDE). Runs along the
- * input's last dim are copied at once. */
+ * order of the input's shape (SQ_XOUTER's 2 dims, then S_XSHAPE's 4, front-padded) read at its strides
+ * (SQ_XOUTER's, then S_XSTRIDE). Runs along the input's last dim are copied at once. */
 int pw_copy_tile(const int64_t *L, const int32_t *lo, const int32_t *hi) {
     const box4 b = front_box(L, lo, hi);
     const float *x = in_f(L[S_X]);
@@ -313,10 +326,10 @@ int pw_copy_tile(const int64_t *L, const int32_t *lo, const int32_t *hi) {
                 int64_t f = out_at(&b, i0, i1, i2, b.l[3]);
                 const int64_t end = f + b.h[3] - b.l[3];
                 while (f < end) {
-                    const int64_t c3 = f % sh[3], q = f / sh[3];
-                    const int64_t c2 = q % sh[2], c1 = (q / sh[2]) % sh[1], c0 = q / sh[2] / sh[1];
+                    int64_t c3;
+                    const int64_t at = copy_source(L, f, &c3);
                     const int64_t run = sh[3] - c3 < end - f ? sh[3] - c3 : end - f;
-                    gather_row(out + f, x + c0 * xs[0] + c1 * xs[1] + c2 * xs[2] + c3 * xs[3], xs[3], run);
+                    gather_row(out + f, x + at, xs[3], run);
                     f += run;
                 }
             }
