@@ -299,17 +299,37 @@ int pw_convert_tile(const int64_t *L, const int32_t *lo, const int32_t *hi) {
     return 0;
 }
 
-/* The offset in x of the copy's element f (row-major over x's up to 6 dims) and its position along the
- * last dim. The two outer dims (SQ_XOUTER) are read only when a size there exceeds 1, so a row written
- * without them (zeros) still copies its 4 dims. */
-static int64_t copy_source(const int64_t *L, int64_t f, int64_t *c3) {
-    const int64_t *xs = L + S_XSTRIDE, *sh = L + S_XSHAPE, *outer = L + SQ_XOUTER;
-    const int64_t q = f / sh[3], q2 = q / sh[2] / sh[1];
-    *c3 = f % sh[3];
-    int64_t at = (q % sh[2]) * xs[2] + ((q / sh[2]) % sh[1]) * xs[1] + *c3 * xs[3];
-    if (outer[0] <= 1 && outer[1] <= 1) return at + q2 * xs[0];
-    const int64_t q3 = q2 / sh[0];
-    return at + (q2 % sh[0]) * xs[0] + (q3 % outer[1]) * outer[3] + (q3 / outer[1]) * outer[2];
+/* The copy's walk over x's 6 dims (SQ_XOUTER's 2, then S_XSHAPE's 4): sizes, strides, the position of
+ * the current element and its offset. Seeking divides; stepping from one run to the next only carries,
+ * which matters where the last dim is short (MobileViT's fold reads runs of 2). */
+typedef struct {
+    int64_t n[6], s[6], c[6], at;
+} copy_walk;
+
+static void copy_seek(copy_walk *w, const int64_t *L, int64_t f) {
+    const int64_t *outer = L + SQ_XOUTER, *sh = L + S_XSHAPE, *xs = L + S_XSTRIDE;
+    const int64_t n[6] = {outer[0], outer[1], sh[0], sh[1], sh[2], sh[3]};
+    const int64_t s[6] = {outer[2], outer[3], xs[0], xs[1], xs[2], xs[3]};
+    w->at = 0;
+    for (int k = 5; k >= 0; k--) {
+        w->n[k] = n[k] > 1 ? n[k] : 1; /* a row written without the outer dims holds 0 there */
+        w->s[k] = s[k];
+        w->c[k] = f % w->n[k];
+        f /= w->n[k];
+        w->at += w->c[k] * s[k];
+    }
+}
+
+/* from the end of a run of the last dim to the start of the next */
+static void copy_next_run(copy_walk *w) {
+    w->at -= w->c[5] * w->s[5];
+    w->c[5] = 0;
+    for (int k = 4; k >= 0; k--) {
+        w->at += w->s[k];
+        if (++w->c[k] < w->n[k]) return;
+        w->at -= w->n[k] * w->s[k];
+        w->c[k] = 0;
+    }
 }
 
 /* A reshape that cannot view its input: the output, contiguous, holds the input's elements in row-major
@@ -319,18 +339,20 @@ int pw_copy_tile(const int64_t *L, const int32_t *lo, const int32_t *hi) {
     const box4 b = front_box(L, lo, hi);
     const float *x = in_f(L[S_X]);
     float *out = out_f(L[S_OUT]);
-    const int64_t *xs = L + S_XSTRIDE, *sh = L + S_XSHAPE;
+    copy_walk w;
     for (int64_t i0 = b.l[0]; i0 < b.h[0]; i0++)
         for (int64_t i1 = b.l[1]; i1 < b.h[1]; i1++)
             for (int64_t i2 = b.l[2]; i2 < b.h[2]; i2++) {
                 int64_t f = out_at(&b, i0, i1, i2, b.l[3]);
                 const int64_t end = f + b.h[3] - b.l[3];
-                while (f < end) {
-                    int64_t c3;
-                    const int64_t at = copy_source(L, f, &c3);
-                    const int64_t run = sh[3] - c3 < end - f ? sh[3] - c3 : end - f;
-                    gather_row(out + f, x + at, xs[3], run);
+                copy_seek(&w, L, f);
+                for (;;) {
+                    const int64_t left = w.n[5] - w.c[5];
+                    const int64_t run = left < end - f ? left : end - f;
+                    gather_row(out + f, x + w.at, w.s[5], run);
                     f += run;
+                    if (f >= end) break;
+                    copy_next_run(&w);
                 }
             }
     return 0;
