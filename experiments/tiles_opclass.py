@@ -78,6 +78,10 @@ def models() -> dict[str, Callable[[], tuple[torch.nn.Module, torch.Tensor]]]:
             pathweave.load_model("efficientnet_b0").model.eval(),
             torch.randn(1, 3, 224, 224),
         ),  # fmt: skip
+        "mobilevit_xs": lambda: (
+            pathweave.load_model("mobilevit_xs").model.eval(),
+            torch.randn(1, 3, 256, 256),
+        ),  # fmt: skip
     }
 
 

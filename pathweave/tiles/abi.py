@@ -61,6 +61,8 @@ CMP_EQ, CMP_NE, CMP_LT, CMP_LE, CMP_GT, CMP_GE, CMP_AND, CMP_OR, CMP_NOT = range
 # ---- tile_kernels_seq.h: the transformer kernels' slots and codes ------------------------------------------
 SQ_Z, SQ_YSCALAR = S_W, S_ALPHA
 SQ_ZSTRIDE, SQ_RANK, SQ_DTYPE, SQ_K, SQ_ROWS, SQ_LAYOUT_A, SQ_LAYOUT_B = 28, 32, 33, 34, 35, 36, 37
+#: the copy's 2 dims of x before S_XSHAPE's 4: their sizes (1 where absent), then their strides
+SQ_XOUTER = 20
 #: element types (SQ_DTYPE)
 DT_F32, DT_I64, DT_I32, DT_U8 = range(4)
 #: how sgemm reads a matmul operand (SQ_LAYOUT_A, SQ_LAYOUT_B)

@@ -55,6 +55,7 @@ from pathweave.tiles.abi import (
     SQ_LAYOUT_B,
     SQ_RANK,
     SQ_ROWS,
+    SQ_XOUTER,
     SQ_YSCALAR,
     SQ_Z,
     SQ_ZSTRIDE,
@@ -212,17 +213,20 @@ def convert(t: LayerRow) -> int:
 def view_copy(t: LayerRow) -> int:
     """A view that ``plan_nodes`` made a layer: a reshape that cannot view its input, or a transpose its
     consumer cannot read where it lies (``TileOp.reads``). Copies the view in row-major order, its dims
-    merged where they step as one (Swin's 6-D windows are 4-D runs)."""
+    merged where they step as one (Swin's 6-D windows are 4-D runs; MobileViT's unfold and fold of 2x2
+    patches stay 5-D or 6-D, the two dims before the last 4 in SQ_XOUTER)."""
     x = t.view(t.args["self"])
     if op_name(t.node) not in RESHAPES:  # the same elements in the view's order; a reshape's is x's
         x = viewed(t.node, x)
     dims, strides = coalesced(x)
-    if len(dims) > 4:
-        raise NoKernel(f"a {len(x.shape)}-D input that does not merge into 4 dims")
+    if len(dims) > 6:
+        raise NoKernel(f"a {len(x.shape)}-D input that does not merge into 6 dims")
+    dims, strides = [1] * (6 - len(dims)) + list(dims), [0] * (6 - len(strides)) + list(strides)
     _start(t.row, K_COPY, out_shape(t.node))
     t.row[S_X] = x.address
-    t.row[S_XSHAPE : S_XSHAPE + 4] = _front(dims, 1)
-    t.row[S_XSTRIDE : S_XSTRIDE + 4] = _front(strides, 0)
+    t.row[S_XSHAPE : S_XSHAPE + 4] = dims[2:]
+    t.row[S_XSTRIDE : S_XSTRIDE + 4] = strides[2:]
+    t.row[SQ_XOUTER : SQ_XOUTER + 4] = dims[:2] + strides[:2]
     return 0
 
 

@@ -81,6 +81,7 @@ MODELS: dict[str, ZooModel] = {
         ZooModel("nasnet_a_mobile", "nasnet", "NASNet-A Mobile 4@1056, 224x224", "timm nasnetamobile"),
         ZooModel("mobilenet_v2", "mobilenet_v2", "MobileNetV2 1.0, 224x224", "torchvision mobilenet_v2"),
         ZooModel("efficientnet_b0", "efficientnet", "EfficientNet-B0 224x224", "torchvision efficientnet_b0"),
+        ZooModel("mobilevit_xs", "mobilevit", "MobileViT-XS, 256x256", "Mehta and Rastegari 2021"),
         ZooModel("convnext_tiny", "convnext", "ConvNeXt-T, 224x224", "torchvision convnext_tiny"),
         ZooModel("unet", "unet", "U-Net, 4 levels, 32 base channels, 256x256", "Ronneberger et al. 2015"),
         ZooModel("deepfm", "deepfm", "DeepFM, 39 Criteo fields", "Guo et al. 2017 / DeepCTR"),

@@ -1,6 +1,7 @@
 """Strategy "tiles" on transposes its consumers cannot read in place: ConvNeXt's NCHW -> NHWC permute
 before a layer norm over channels and the permute back before a conv become copy layers, so the model
-runs whole as tiles; Swin's 6-D window views copy as 4-D runs. Against eager PyTorch, NaN included."""
+runs whole as tiles; Swin's 6-D window views copy as 4-D runs; MobileViT's unfold into 2x2 patches and
+fold back copy as 5-D and 6-D views. Against eager PyTorch, NaN included."""
 
 from __future__ import annotations
 
@@ -55,6 +56,25 @@ class _Windows(torch.nn.Module):
         return x + out.contiguous().view(b, h, w, c)
 
 
+class _Patches(torch.nn.Module):
+    """MobileViT's block without attention: conv, unfold into 2x2 patches (a 6-D permute and reshape),
+    layer norm and linear over the tokens, fold back (another), conv over the concatenation."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.local = torch.nn.Conv2d(CHANNELS, CHANNELS, 3, padding=1)
+        self.norm = torch.nn.LayerNorm(CHANNELS)
+        self.mix = torch.nn.Linear(CHANNELS, CHANNELS)
+        self.fuse = torch.nn.Conv2d(2 * CHANNELS, CHANNELS, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from pathweave.zoo.mobilevit import fold, unfold
+
+        h, w = x.shape[-2:]
+        y = fold(self.mix(self.norm(unfold(self.local(x)))), h, w)
+        return self.fuse(torch.cat([x, y], dim=1))
+
+
 def _check(model: torch.nn.Module, x: torch.Tensor, outputs_close, **options) -> TilesStrategy:
     strat = pathweave.optimize(model, x, strategy="tiles", options=options)
     assert isinstance(strat, TilesStrategy), f"ran as {type(strat).__name__}, not whole as tiles"
@@ -99,6 +119,36 @@ def test_swin_windows_copy_as_4d_runs(outputs_close) -> None:
     strat = _check(_Windows().eval(), torch.randn(2, 8, 12, CHANNELS), outputs_close, threads=2,
                    work_per_tile=2e3)  # fmt: skip
     assert list(strat.graph.layer_ops).count("view") == 2  # the two window copies
+    strat.close()
+
+
+@pytest.mark.parametrize(("batch", "height", "width"), [(1, 2, 2), (3, 6, 10), (1, 34, 18)])
+def test_mobilevit_patches_copy_as_6d_views(batch: int, height: int, width: int, outputs_close) -> None:
+    """Batch 1 merges nothing but the batch away (5 dims), batch 3 keeps all 6; both copies run whole."""
+    torch.manual_seed(0)
+    model = _Patches().eval()
+    x = torch.randn(batch, CHANNELS, height, width)
+    strat = _check(model, x, outputs_close, threads=2, work_per_tile=2e3)
+    ops = list(strat.graph.layer_ops)
+    copies = ops.count("reshape") + ops.count("view") + ops.count("_unsafe_view")
+    assert copies == (1 if height * width == 4 else 2), ops  # one patch: the fold is a view the cat reads
+    x = x.contiguous(memory_format=torch.channels_last)
+    x[0, 3, height - 1, width - 1] = float("nan")
+    x[-1, 0, 0, 1] = float("inf")
+    with torch.no_grad():
+        want = model(x)
+    got = strat(x)
+    assert torch.equal(got.isnan(), want.isnan()) and want.isnan().any()
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4, equal_nan=True)
+    strat.close()
+
+
+def test_mobilevit_xs_runs_whole_as_tiles(zoo_cache, outputs_close) -> None:
+    strat = TilesStrategy(zoo_cache.captured("mobilevit_xs"), threads=2)
+    (x,) = zoo_cache.inputs("mobilevit_xs")
+    with torch.no_grad():
+        want = zoo_cache.model("mobilevit_xs")(x)
+    outputs_close(strat(x), want, rtol=1e-3, atol_scale=1e-4)
     strat.close()
 
 
@@ -161,3 +211,6 @@ def test_coalesced_merges_dims_that_step_as_one() -> None:
     dims, strides = coalesced(View(base, 0, t.stride(), tuple(t.shape), False))
     assert dims == (6, 5, 4, 42) and strides == (t.stride(1), t.stride(2), t.stride(3), 1)
     assert coalesced(View(base, 0, (5, 1, 1), (1, 5, 1), True)) == ((5,), (1,))
+    # MobileViT's unfold of a (3, 17, 6, 10) map: nothing merges, 6 dims
+    t = torch.empty(3, 17, 3, 2, 5, 2).permute(0, 3, 5, 2, 4, 1)
+    assert coalesced(View(base, 0, t.stride(), tuple(t.shape), False)) == (tuple(t.shape), t.stride())

@@ -16,6 +16,7 @@
 enum {
     SQ_Z = S_W,           /* a third tensor: where's condition, matmul's added term (addmm's self) */
     SQ_YSCALAR = S_ALPHA, /* double bits: where's y when it is a scalar; matmul: beta of the added term */
+    SQ_XOUTER = 20,       /* copy: 2 dims of x before S_XSHAPE's 4 (sizes, then strides; sizes 1 if none) */
     SQ_ZSTRIDE = 28,      /* 4: strides of the third tensor over the output's index space */
     SQ_RANK = 32,         /* rank of the output, 1..4 */
     SQ_DTYPE = 33,        /* element type of x (convert, embedding indices) or of the condition (where) */
