@@ -66,6 +66,7 @@ DEPTHWISE, POINTWISE, CONV = "depthwise conv", "pointwise (1x1) conv", "other co
 POOL, EWISE, COPY, FC, OTHER = "pools", "element-wise", "concat / copies", "fully connected", "other"
 CLASSES = (DEPTHWISE, POINTWISE, CONV, POOL, EWISE, COPY, FC, OTHER)
 GAP = "idle / overhead"
+WALL = "wall"
 OUTSIDE = "tiles: of which outside the tiles' span"  # call -> first tile, last tile -> return, x engines
 
 TILE_OPS = {
@@ -129,6 +130,8 @@ class Runs:
     rounds: list[dict[str, float]] = field(default_factory=list)
     walls: list[float] = field(default_factory=list)
     plain: list[float] = field(default_factory=list)
+    # (class, kind) -> [layers, summed ms per inference over the rounds]; kind: op and window, for --detail
+    detail: dict[tuple[str, str], list[float]] = field(default_factory=lambda: defaultdict(lambda: [0, 0.0]))
 
     def median(self, key: str) -> float:
         """The median over the rounds of ``key``'s mean per inference."""
@@ -138,7 +141,8 @@ class Runs:
         """One round from its inferences' class times and walls; GAP = threads x wall - the classes."""
         keys = set(CLASSES).union(*per_run)
         mean = {c: sum(r.get(c, 0.0) for r in per_run) / len(per_run) for c in keys}
-        mean[GAP] = threads * statistics.fmean(walls) - sum(mean[c] for c in CLASSES)
+        mean[WALL] = statistics.fmean(walls)
+        mean[GAP] = threads * mean[WALL] - sum(mean[c] for c in CLASSES)
         self.rounds.append(mean)
         self.walls += walls
 
@@ -180,6 +184,22 @@ class Tiles:
             np.array([CLASSES.index(c) for c in self.layer_class]), np.diff(g.layer_tile_start)
         )
         self.runs = Runs(Counter(self.layer_class))
+        rows = strategy.program.layers
+        kinds = [
+            (c, self._kind(r, str(o))) for c, r, o in zip(self.layer_class, rows, g.layer_ops, strict=True)
+        ]
+        self.kinds = sorted(set(kinds))
+        self.tile_kind = np.repeat(
+            np.array([self.kinds.index(k) for k in kinds]), np.diff(g.layer_tile_start)
+        )
+        for k in kinds:
+            self.runs.detail[k][0] += 1
+
+    @staticmethod
+    def _kind(row: np.ndarray, op: str) -> str:
+        if int(row[abi.S_OP]) in (abi.K_CONV, abi.K_DEPTHWISE, abi.K_MAXPOOL, abi.K_AVGPOOL):
+            return f"{op} {row[abi.S_KH]}x{row[abi.S_KW]}/{row[abi.S_SH]}"
+        return op
 
     @staticmethod
     def _row_class(row: np.ndarray, name: str) -> str:
@@ -196,6 +216,11 @@ class Tiles:
         run = lambda: self.s.run_flat(self.inputs)  # noqa: E731
         per_run, walls = [], []
         for tr in traced_runs(self.s.runtime, run, n):
+            by_kind = np.bincount(
+                self.tile_kind, weights=tr.times[:, 1] - tr.times[:, 0], minlength=len(self.kinds)
+            )
+            for k, v in zip(self.kinds, by_kind, strict=True):
+                self.runs.detail[k][1] += float(v) / 1e6 / n
             ns = np.bincount(self.tile_class, weights=tr.times[:, 1] - tr.times[:, 0], minlength=len(CLASSES))
             row = {c: float(v) / 1e6 for c, v in zip(CLASSES, ns, strict=True)}
             span = int(tr.times[:, 1].max()) - int(tr.times[:, 0].min())
@@ -251,16 +276,23 @@ class OpenVino:
         return "" if kind in SKIPPED_OV else _known(OV_TYPES, kind, OpenVino.other)
 
     @staticmethod
+    def _kind(op: Any) -> str:
+        rt = op.get_rt_info()
+        kind, prim = rt["layerType"].astype(str), rt["primitiveType"].astype(str)
+        if kind in ("Convolution", "GroupConvolution"):
+            return f"{kind} {'x'.join(map(str, op.input(1).get_partial_shape().to_shape()[-2:]))} ({prim})"
+        return f"{kind} ({prim})"
+
+    @staticmethod
     def _averages(request: Any) -> dict[str, float]:
         return {p.node_name: p.real_time.total_seconds() * 1e3 for p in request.get_profiling_info()
                 if p.status.name == "EXECUTED"}  # fmt: skip
 
     def round(self, n: int) -> None:
         request = self._request({"PERF_COUNT": True})
-        node_class = {
-            op.get_friendly_name(): self._node_class(op)
-            for op in request.get_compiled_model().get_runtime_model().get_ordered_ops()
-        }
+        ops = request.get_compiled_model().get_runtime_model().get_ordered_ops()
+        node_class = {op.get_friendly_name(): self._node_class(op) for op in ops}
+        node_kind = {op.get_friendly_name(): self._kind(op) for op in ops}
         for _ in range(self.WARMUP):
             request.infer()
         before = self._averages(request)
@@ -270,7 +302,11 @@ class OpenVino:
         for name, avg in after.items():
             node_ms = (avg * (self.WARMUP + n) - before.get(name, 0.0) * self.WARMUP) / n
             mean[node_class[name]] += node_ms + self.TRUNCATION_US / 1e3
+            self.runs.detail[node_class[name], node_kind[name]][1] += node_ms + self.TRUNCATION_US / 1e3
         self.runs.counts = Counter(node_class[name] for name in after)
+        if len(self.runs.rounds) == 0:
+            for name in after:
+                self.runs.detail[node_class[name], node_kind[name]][0] += 1
         self.runs.add_round([mean], walls, 1)
         del request
         self.plain_request.infer()
@@ -396,13 +432,31 @@ def table(d: dict[str, Any]) -> str:
                  f"| {ov.median(GAP):.3f} | {ort.median(GAP):.3f} | | | |")  # fmt: skip
     lines.append(f"| {OUTSIDE} (call to first tile, last tile to return, x {n}) | {t.median(OUTSIDE):.3f} "
                  "| | | | | |")  # fmt: skip
+    means = [x.median(WALL) for x in (t, ov, ort)]
+    lines.append(f"| **wall ms, profiled** (as the classes: median of the rounds' means) | {means[0]:.3f} "
+                 f"| {means[1]:.3f} | {means[2]:.3f} | {means[0] - means[1]:+.3f} | | |")  # fmt: skip
     walls = [statistics.median(x.walls) for x in (t, ov, ort)]
     plain = [statistics.median(x.plain) for x in (t, ov, ort)]
-    lines.append(f"| **wall ms, profiled** | {walls[0]:.3f} | {walls[1]:.3f} | {walls[2]:.3f} "
-                 f"| {walls[0] - walls[1]:+.3f} | | |")  # fmt: skip
-    lines.append(f"| **wall ms, profiling off** | {plain[0]:.3f} | {plain[1]:.3f} | {plain[2]:.3f} "
-                 f"| {plain[0] - plain[1]:+.3f} | | |")  # fmt: skip
+    for label, w in (("profiled", walls), ("profiling off", plain)):
+        lines.append(f"| **wall ms, {label}** (median inference) | {w[0]:.3f} | {w[1]:.3f} | {w[2]:.3f} "
+                     f"| {w[0] - w[1]:+.3f} | | |")  # fmt: skip
     return "\n".join(lines)
+
+
+def detail(d: dict[str, Any], top: int = 4) -> str:
+    """Per class, the tiles' and OpenVINO's costliest kinds of layer (op and window): layers, ms."""
+    rounds = len(d["runs"]["tiles"].rounds)
+    lines = []
+    for c in CLASSES:
+        cells = []
+        for key in ("tiles", "openvino"):
+            items = sorted(((k, v) for (cl, k), v in d["runs"][key].detail.items() if cl == c),
+                           key=lambda kv: -kv[1][1])  # fmt: skip
+            cells.append("; ".join(f"{k} x{int(n)} {ms / rounds:.3f}" for k, (n, ms) in items[:top]) or "-")
+        if cells != ["-", "-"]:
+            lines.append(f"| {c} | {cells[0]} | {cells[1]} |")
+    head = "| class | tiles: kind x layers ms | OpenVINO: kind (primitive) x nodes ms |\n|---|---|---|\n"
+    return head + "\n".join(lines)
 
 
 def main() -> None:
@@ -411,6 +465,7 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--runs", type=int, default=20, help="inferences per runtime per round")
+    p.add_argument("--detail", action="store_true", help="also the costliest kinds of layer per class")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     m = describe()
@@ -421,6 +476,8 @@ def main() -> None:
         print(f"\n## {name}, batch 1, {args.threads} thread(s), {args.rounds} rounds x {args.runs} "
               f"inferences; load (1/5/15 min) {d['load'][0]} -> {d['load'][1]}\n")  # fmt: skip
         print(table(d))
+        if args.detail:
+            print(f"\n{detail(d)}")
         others = {k: sorted(c.other) for k, c in (("tiles", Tiles), ("OpenVINO", OpenVino), ("ORT", Ort))}
         print(f"\nclass 'other' holds: {others}", flush=True)
 
