@@ -280,7 +280,10 @@ class OpenVino:
         rt = op.get_rt_info()
         kind, prim = rt["layerType"].astype(str), rt["primitiveType"].astype(str)
         if kind in ("Convolution", "GroupConvolution"):
-            return f"{kind} {'x'.join(map(str, op.input(1).get_partial_shape().to_shape()[-2:]))} ({prim})"
+            x, w, y = (
+                list(p.get_partial_shape().to_shape()) for p in (op.input(0), op.input(1), op.output(0))
+            )
+            return f"{kind} {w[-2]}x{w[-1]}/{-(-x[2] // y[2])} ({prim})"  # the stride, from the heights
         return f"{kind} ({prim})"
 
     @staticmethod
