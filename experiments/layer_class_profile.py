@@ -283,7 +283,7 @@ class OpenVino:
             x, w, y = (
                 list(p.get_partial_shape().to_shape()) for p in (op.input(0), op.input(1), op.output(0))
             )
-            return f"{kind} {w[-2]}x{w[-1]}/{-(-x[2] // y[2])} ({prim})"  # the stride, from the heights
+            return f"{kind} {w[-2]}x{w[-1]}/{round(x[2] / y[2])} ({prim})"  # the stride, from the heights
         return f"{kind} ({prim})"
 
     @staticmethod
