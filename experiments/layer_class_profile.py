@@ -9,14 +9,16 @@ Not part of the package. Per model (zoo names), batch 1, ``--threads`` threads (
   tile's kernel time (end - start) charged to its layer's class and summed over the engines. Its
   "idle / overhead" row is engines x wall - kernel time: engines waiting for ready tiles, scheduling,
   and the call's own work around the tiles.
-- OpenVINO: the bench's ``openvino`` peer settings plus ``PERF_COUNT``; each inference's
-  ``get_profiling_info()``, the ``real_time`` of every EXECUTED node charged to a class by its node type
-  and, for convolutions, its weight's shape in the runtime model. A node OpenVINO fused others into
-  (a Convolution with its Clamp and residual Add) is charged to its own type: the fused element-wise work
-  sits in the convolution's class, as it does in the tiles (``conv2d_act``, epilogue adds).
+- OpenVINO: the bench's ``openvino`` peer settings plus ``PERF_COUNT``, compiled afresh every round
+  (its counters are averages since compile: see ``OpenVino``); the ``real_time`` of every EXECUTED node
+  charged to a class by its layer type and, for convolutions, its weight's shape in the runtime model.
+  A node OpenVINO fused others into (a Convolution with its Clamp and residual Add) is charged to its
+  own type: the fused element-wise work sits in the convolution's class, as it does in the tiles
+  (``conv2d_act``, epilogue adds).
 - ONNX Runtime: the ``ort:seq`` peer's options plus ``enable_profiling``; the JSON's node events
   (``*_kernel_time``, ``op_name``, input shapes) charged to classes the same way, grouped into
-  inferences by their ``model_run`` events. FusedConv / NCHWc Conv carry their activation and Sum.
+  inferences by their ``model_run`` events. FusedConv / NCHWc Conv carry their activation and Sum; SiLU
+  stays outside (``QuickGelu``, element-wise).
 
 Both peers export the model through the bench's own ``onnx_export`` (one export, shared).
 
@@ -25,11 +27,13 @@ time summed over the engines; the peers run one node at a time on all threads (i
 times are wall times of a ``threads``-wide node. ``threads`` x the peer's time bounds its thread time from
 above (it counts threads idling inside a node); with ``--threads 1`` the three are the same measure.
 "excess" is tiles / threads - OpenVINO: the wall time the class would cost the tiles over OpenVINO if
-their engines split it evenly. Every figure is the median over ``rounds`` x ``runs`` inferences per
-runtime (runtimes interleaved round by round; class medians do not add up to the total's median).
+their engines split it evenly. Every class figure is the median over the rounds of the round's mean
+over ``runs`` inferences (runtimes interleaved round by round, rotating; class medians do not add up to
+the total's median). ``--detail`` adds each class's costliest kinds of layer (op, window, stride).
+Results and their reading: docs/layer_classes.md.
 
 Run: ``flock /tmp/pw-bench.lock python experiments/layer_class_profile.py MODEL... [--threads 2]
-[--rounds 5] [--runs 20]``.
+[--rounds 5] [--runs 20] [--detail]``.
 """
 
 from __future__ import annotations
