@@ -301,7 +301,9 @@ def _export_note(exp: _Export) -> str:
 # ---------------------------------------------------------------------------------------- ONNX Runtime
 
 
-def _ort_session(ort: Any, data: bytes, threads: int, parallel: bool, providers: list[str]) -> Any:
+def ort_options(ort: Any, threads: int, parallel: bool) -> Any:
+    """The ``SessionOptions`` of ``ort:seq`` (``parallel=False``) or ``ort:par``; public so that a profile
+    of ONNX Runtime (experiments/layer_class_profile.py) runs the peer's own settings."""
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     if parallel:
@@ -312,7 +314,11 @@ def _ort_session(ort: Any, data: bytes, threads: int, parallel: bool, providers:
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
-    return ort.InferenceSession(data, options, providers=providers)
+    return options
+
+
+def _ort_session(ort: Any, data: bytes, threads: int, parallel: bool, providers: list[str]) -> Any:
+    return ort.InferenceSession(data, ort_options(ort, threads, parallel), providers=providers)
 
 
 def _ort(
@@ -372,8 +378,11 @@ def build_ort_par(
 # -------------------------------------------------------------------------------------------- OpenVINO
 
 
-def _ov_model(ov: Any, model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> tuple[Any, str, float]:
-    """The OpenVINO model read from the shared ONNX export, or converted from torch if that fails."""
+def openvino_model(
+    ov: Any, model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]
+) -> tuple[Any, str, float]:
+    """The OpenVINO model read from the shared ONNX export, or converted from torch if that fails; with
+    how it was made and the seconds that took."""
     try:
         exp = onnx_export(model, inputs)
         return ov.Core().read_model(io.BytesIO(exp.data)), f"from ONNX, {_export_note(exp)}", exp.seconds
@@ -389,18 +398,23 @@ def _ov_model(ov: Any, model: torch.nn.Module, inputs: tuple[torch.Tensor, ...])
         return converted, "ov.convert_model from torch", time.perf_counter() - start
 
 
+def openvino_config(threads: int) -> dict[str, Any]:
+    """The ``compile_model`` settings of the ``openvino`` peer (see the module docstring)."""
+    return {
+        "PERFORMANCE_HINT": "LATENCY",
+        "INFERENCE_NUM_THREADS": threads,
+        "INFERENCE_PRECISION_HINT": "f32",
+    }
+
+
 def build_openvino(
     model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], threads: int, device: str
 ) -> Candidate:
     """OpenVINO on CPU, LATENCY hint, ``threads`` inference threads, f32; one InferRequest reused."""
     _need_cpu("openvino", device)
     ov = _optional("openvino", "openvino")
-    ov_model, note, export_s = _ov_model(ov, model, inputs)
-    config = {
-        "PERFORMANCE_HINT": "LATENCY",
-        "INFERENCE_NUM_THREADS": threads,
-        "INFERENCE_PRECISION_HINT": "f32",
-    }
+    ov_model, note, export_s = openvino_model(ov, model, inputs)
+    config = openvino_config(threads)
     start = time.perf_counter()
     try:
         compiled = ov.Core().compile_model(ov_model, "CPU", config)
