@@ -61,8 +61,17 @@ def _library() -> ctypes.CDLL:
         lib.pw_set_program.argtypes = [ctypes.c_void_p, i64p, _I32P, _I32P, _I32P, ctypes.c_int64,
                                        ctypes.c_void_p]  # fmt: skip
         _force_isa(lib, os.environ.get(ISA_ENV, "").strip())
+        ctypes.c_int.in_dll(lib, "pw_gelu_posinf_nan").value = int(eager_gelu_posinf_is_nan())
         _LIB = lib
     return _LIB
+
+
+def eager_gelu_posinf_is_nan() -> bool:
+    """Whether eager GELU (erf form) maps +inf to NaN in this process: ATen's AVX-512 vector erf does, its
+    AVX2 and scalar code give +inf. The tile kernels follow eager's answer (``pw_gelu_posinf_nan``)."""
+    import torch
+
+    return bool(torch.nn.functional.gelu(torch.full((64,), float("inf")))[0].isnan())
 
 
 #: forces the native kernels' instruction set for the whole process (measuring AVX2 on an AVX-512 CPU,

@@ -94,6 +94,11 @@ enum { PW_PACK_PANELS = 0, PW_PACK_TRANSPOSED = 1, PW_PACK_PADDED = 2, PW_PACK_W
 
 /* epilogue activations (slot S_ACT); from PW_ACT_SILU on tile_act.c's (pw_act_row) */
 enum { PW_ACT_NONE = 0, PW_ACT_RELU = 1, PW_ACT_GELU = 2, PW_ACT_TANH = 3, PW_ACT_SIGMOID = 5 }; /* 4: seq */
+
+/* GELU (erf form) of +inf: NaN where 1, else +inf. -inf always gives NaN (-inf * 0). ATen's answer depends
+ * on its CPU capability (AVX-512's vector erf: NaN; AVX2 and scalar: +inf), so the runtime sets this from
+ * a probe of eager when it loads (runtime.py); tile_kernels.c holds it */
+extern int pw_gelu_posinf_nan;
 enum {
     PW_ACT_SILU = 6, PW_ACT_HARDSWISH = 7, PW_ACT_HARDSIGMOID = 8, PW_ACT_RELU6 = 9,
     /* with parameters (slots S_ACT_P..): the element-wise kernel's only */

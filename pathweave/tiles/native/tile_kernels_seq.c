@@ -69,13 +69,15 @@ PW_HOT_FN(static, void, act_row, (float *d, int64_t n, int act), (d, n, act)) {
     case PW_ACT_RELU:
         for (int64_t i = 0; i < n; i++) d[i] = d[i] > 0.0f || d[i] != d[i] ? d[i] : 0.0f; /* NaN stays */
         break;
-    case PW_ACT_GELU: /* +-inf gives NaN, as torch's vectorised CPU GELU does (its scalar tail: +inf) */
+    case PW_ACT_GELU: { /* -inf gives NaN, +inf as eager's (pw_gelu_posinf_nan, tile_kernels.h) */
+        const float posinf = pw_gelu_posinf_nan ? NAN : INFINITY;
         for (int64_t i = 0; i < n; i++) {
             /* x (1 + erf) first, as eager: above FLT_MAX / 2 it overflows to +inf there too */
             const float y = d[i] * (1.0f + erf_approx(d[i] * 0.70710678118654752f)) * 0.5f;
-            d[i] = fabsf(d[i]) == INFINITY ? NAN : y;
+            d[i] = d[i] == INFINITY ? posinf : d[i] == -INFINITY ? NAN : y;
         }
         break;
+    }
     case PW_ACT_TANH:
         for (int64_t i = 0; i < n; i++) d[i] = tanhf(d[i]);
         break;
