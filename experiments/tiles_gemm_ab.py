@@ -217,7 +217,12 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     levels = []
     load0 = os.getloadavg()
+    from pathweave.machine import ISA_LEVELS, cpu_isa
+
+    runnable = ISA_LEVELS[ISA_LEVELS.index(cpu_isa()) :]  # the CPU's level and those below it
     for isa, env in LEVELS.items():
+        if isa not in runnable:
+            continue
         run = subprocess.run([sys.executable, __file__, "--level", isa], env={**os.environ, **env},
                              capture_output=True, text=True, check=True)  # fmt: skip
         levels.append(json.loads(run.stdout.strip().splitlines()[-1]))

@@ -61,17 +61,20 @@ def _library() -> ctypes.CDLL:
         lib.pw_set_program.argtypes = [ctypes.c_void_p, i64p, _I32P, _I32P, _I32P, ctypes.c_int64,
                                        ctypes.c_void_p]  # fmt: skip
         _force_isa(lib, os.environ.get(ISA_ENV, "").strip())
-        ctypes.c_int.in_dll(lib, "pw_gelu_posinf_nan").value = int(eager_gelu_posinf_is_nan())
+        ctypes.c_int.in_dll(lib, "pw_gelu_eager").value = eager_gelu_edges()
         _LIB = lib
     return _LIB
 
 
-def eager_gelu_posinf_is_nan() -> bool:
-    """Whether eager GELU (erf form) maps +inf to NaN in this process: ATen's AVX-512 vector erf does, its
-    AVX2 and scalar code give +inf. The tile kernels follow eager's answer (``pw_gelu_posinf_nan``)."""
+def eager_gelu_edges() -> int:
+    """How eager GELU (erf form) rounds at the edges in this process, as ``pw_gelu_eager``'s bits
+    (tile_kernels.h): 1 if +inf gives NaN (ATen's AVX-512 vector erf; AVX2 and scalar give +inf), 2 if
+    x / 2 (1 + erf) is finite up to FLT_MAX (AVX2; AVX-512 forms x (1 + erf) first, +inf above FLT_MAX / 2).
+    The tile kernels follow eager's answers."""
     import torch
 
-    return bool(torch.nn.functional.gelu(torch.full((64,), float("inf")))[0].isnan())
+    y = torch.nn.functional.gelu(torch.tensor([float("inf"), 3.0e38] * 32))
+    return int(bool(y[0].isnan())) | 2 * int(bool(y[1].isfinite()))
 
 
 #: forces the native kernels' instruction set for the whole process (measuring AVX2 on an AVX-512 CPU,

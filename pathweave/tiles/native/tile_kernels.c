@@ -17,20 +17,20 @@
 
 /* The activation over n values in place, one loop per kind so that each vectorises (a switch inside
  * the loop made the residual epilogue 4x slower than the GEMM before it). */
-int pw_gelu_posinf_nan = 1;
+int pw_gelu_eager = PW_GELU_POSINF_NAN;
 
 static inline void activate(float *d, int64_t n, int act) {
     switch (act) {
     case PW_ACT_RELU:
         for (int64_t i = 0; i < n; i++) d[i] = ((d[i] > 0.0f) | (d[i] != d[i])) ? d[i] : 0.0f; /* NaN stays */
         break;
-    case PW_ACT_GELU: { /* -inf gives NaN, +inf as eager's (pw_gelu_posinf_nan) */
-        const float posinf = pw_gelu_posinf_nan ? NAN : INFINITY;
+    case PW_ACT_GELU: { /* the edges as eager's (pw_gelu_eager); a multiplication by 1 is exact */
+        const float posinf = pw_gelu_eager & PW_GELU_POSINF_NAN ? NAN : INFINITY;
+        const float pre = pw_gelu_eager & PW_GELU_HALVE_FIRST ? 0.5f : 1.0f, post = 0.5f / pre;
         for (int64_t i = 0; i < n; i++)
-            /* x (1 + erf) first, as eager: above FLT_MAX / 2 it overflows to +inf there too */
             d[i] = d[i] == INFINITY    ? posinf
                    : d[i] == -INFINITY ? NAN
-                                       : d[i] * (1.0f + erff(d[i] * 0.70710678118654752f)) * 0.5f;
+                                       : d[i] * pre * (1.0f + erff(d[i] * 0.70710678118654752f)) * post;
         break;
     }
     case PW_ACT_TANH:

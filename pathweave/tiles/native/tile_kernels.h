@@ -95,10 +95,13 @@ enum { PW_PACK_PANELS = 0, PW_PACK_TRANSPOSED = 1, PW_PACK_PADDED = 2, PW_PACK_W
 /* epilogue activations (slot S_ACT); from PW_ACT_SILU on tile_act.c's (pw_act_row) */
 enum { PW_ACT_NONE = 0, PW_ACT_RELU = 1, PW_ACT_GELU = 2, PW_ACT_TANH = 3, PW_ACT_SIGMOID = 5 }; /* 4: seq */
 
-/* GELU (erf form) of +inf: NaN where 1, else +inf. -inf always gives NaN (-inf * 0). ATen's answer depends
- * on its CPU capability (AVX-512's vector erf: NaN; AVX2 and scalar: +inf), so the runtime sets this from
- * a probe of eager when it loads (runtime.py); tile_kernels.c holds it */
-extern int pw_gelu_posinf_nan;
+/* How eager's GELU (erf form) rounds at the edges, which depends on ATen's CPU capability, so the runtime
+ * sets this from a probe of eager when it loads (runtime.py; tile_kernels.c holds it). PW_GELU_POSINF_NAN:
+ * +inf gives NaN (AVX-512's vector erf) rather than +inf (AVX2, scalar); PW_GELU_HALVE_FIRST: x / 2 (1 + erf),
+ * finite up to FLT_MAX (AVX2), rather than x (1 + erf) / 2, +inf above FLT_MAX / 2 (AVX-512). -inf always
+ * gives NaN (-inf * 0). */
+enum { PW_GELU_POSINF_NAN = 1, PW_GELU_HALVE_FIRST = 2 };
+extern int pw_gelu_eager;
 enum {
     PW_ACT_SILU = 6, PW_ACT_HARDSWISH = 7, PW_ACT_HARDSIGMOID = 8, PW_ACT_RELU6 = 9,
     /* with parameters (slots S_ACT_P..): the element-wise kernel's only */
