@@ -38,6 +38,8 @@ PACK_PANELS, PACK_TRANSPOSED, PACK_PADDED, PACK_WINOGRAD = range(4)
 #: epilogue activations (slot S_ACT); ACT_GELU_TANH is tile_kernels_seq.h's; from ACT_SILU on tile_act.c's
 ACT_NONE, ACT_RELU, ACT_GELU, ACT_TANH, ACT_GELU_TANH, ACT_SIGMOID = range(6)
 ACT_SILU, ACT_HARDSWISH, ACT_HARDSIGMOID, ACT_RELU6 = range(6, 10)
+#: bits of pw_gelu_eager: how eager's GELU rounds at the edges (runtime.eager_gelu_edges)
+GELU_POSINF_NAN, GELU_HALVE_FIRST = 1, 2
 #: activations with parameters (slots S_ACT_P..): the element-wise kernel's only
 ACT_CLAMP, ACT_LEAKY_RELU, ACT_ELU, ACT_POW = range(10, 14)
 #: maths of one argument (the element-wise kernel's)

@@ -27,6 +27,9 @@ PADDED_MIN_WIDTH, PADDED_MIN_WIDTH_STRIDED = 28, 7
 #: the model 25.0 -> 23.9 ms (A/B in one process). Its 7x7 ones too (2/9 of the sums discarded, but
 #: each worker's 903 KB im2col spared): with the 3x3 layers of larger maps on Winograd, ResNet-50
 #: 0.97-1.00x, DenseNet-121 0.96x, Inception-v3 0.99x, GoogLeNet and SqueezeNet 1.00x (A/B, 2 workers)
+#: (Those figures are from when the padded path summed whole padded rows. Its chunks of positions now
+#: cross output rows, so no sum is discarded; with this rule off, PADDED_WIDTH_PER_PAD = 0, Inception-v3
+#: ran 0.996x and GoogLeNet 1.003x on an AVX2 Zen 3, 2 workers, A/B in one process: kept as it is.)
 PADDED_WIDTH_PER_PAD = 7
 #: stride-2 convolutions take it from fewer products per output (ResNet-50's 7x7 stem, k = 147: 82 -> 101
 #: GFLOP/s as a layer alone)
@@ -96,7 +99,7 @@ def conv_layout(node: torch.fx.Node, winograd_min_channels: int = WINOGRAD_MIN_C
     if k < NARROW_MIN_K:
         return None
     pw = as_ints(args.get("padding") or 0, 2)[1]
-    # no column padding (pw = 0): padded at any width, since no sum is discarded (Inception's 7x1 and,
+    # no column padding (pw = 0): padded at any width, no im2col (Inception's 7x1 and,
     # ahead of "narrow" now, its 3x1 windows over 8x8 maps)
     if window and stride == [1, 1] and dims[3] >= min(PADDED_MIN_WIDTH, PADDED_WIDTH_PER_PAD * pw):
         return "padded"

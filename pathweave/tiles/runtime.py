@@ -19,6 +19,7 @@ import numpy as np
 
 from pathweave.errors import ClosedError, ExecutionError, InputError, MissingDependencyError, UnsupportedError
 from pathweave.machine import ISA_LEVELS, cpu_isa
+from pathweave.tiles import abi
 from pathweave.tiles.abi import MAX_COLUMNS
 from pathweave.tiles.graph import TileGraph
 
@@ -74,7 +75,7 @@ def eager_gelu_edges() -> int:
     import torch
 
     y = torch.nn.functional.gelu(torch.tensor([float("inf"), 3.0e38] * 32))
-    return int(bool(y[0].isnan())) | 2 * int(bool(y[1].isfinite()))
+    return abi.GELU_POSINF_NAN * bool(y[0].isnan()) | abi.GELU_HALVE_FIRST * bool(y[1].isfinite())
 
 
 #: forces the native kernels' instruction set for the whole process (measuring AVX2 on an AVX-512 CPU,

@@ -24,6 +24,9 @@
 #define PW_PREFETCH_B 8   /* rows of B ahead */
 
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* the blocking, settable for experiments (A/B in one process) */
+int pw_kc = PW_KC, pw_nc = PW_NC;
 static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -131,10 +134,11 @@ void pw_gemm_packed(int64_t rows, int64_t cols, int64_t K, const float *wp, int6
     const panel_fn pass = __atomic_load_n(&chosen, __ATOMIC_ACQUIRE);
     const int relu = act == PW_ACT_RELU;
     const int64_t end = row_skip + rows; /* rows counted from the first panel's first row */
-    for (int64_t p0 = 0; p0 < cols; p0 += PW_NC) {
-        const int64_t nc = min64(PW_NC, cols - p0);
-        for (int64_t k0 = 0; k0 < K; k0 += PW_KC) {
-            const int64_t kc = min64(PW_KC, K - k0);
+    const int64_t NC = pw_nc, KC = pw_kc;
+    for (int64_t p0 = 0; p0 < cols; p0 += NC) {
+        const int64_t nc = min64(NC, cols - p0);
+        for (int64_t k0 = 0; k0 < K; k0 += KC) {
+            const int64_t kc = min64(KC, K - k0);
             const int first = k0 == 0, last = k0 + kc >= K;
             for (int64_t panel = 0; panel * PW_MR < end; panel++) {
                 const int64_t r0 = max64(panel * PW_MR, row_skip), r1 = min64(panel * PW_MR + PW_MR, end);

@@ -45,9 +45,9 @@ void pw_gemm_packed_t_sums(int64_t rows, int64_t cols, int64_t K, const float *w
  * b + r * bpitch, positions step floats apart (1 or 2), B's row k at koff[k] (NULL: k * ldb; else K +
  * PW_KOFF_PAD entries); the sums
  * of run r at position r * width of t. C's rows take segs pieces of seg positions from t's positions
- * s * pitch. A plain product is one run of all positions, one segment. A stride-1 convolution over a
- * zero-padded copy of its input (rows of Wp) is one run over whole padded rows whose C segments skip the
- * 2 pw columns of discarded sums (pitch Wp); a stride-2 one is a run per output row (step 2). */
+ * s * pitch. A plain product is one run of all positions, one segment. A convolution over a zero-padded
+ * copy of its input (rows of Wp) is a run per output row (step: the stride), its sums contiguous (pitch
+ * OW); the kernel's chunks of positions cross from one run into the next. */
 /* entries after koff's K that the caller fills (copies of the last): the kernel reads ahead for its B
  * prefetch */
 #define PW_KOFF_PAD 8
@@ -56,6 +56,7 @@ typedef struct {
     const int64_t *koff;
     int64_t segs, seg, pitch;
 } pw_truns;
+extern int pw_cross_runs; /* 1 (default): chunks of positions cross runs; 0: the older per-run chunks (A/B) */
 void pw_gemm_packed_t_runs(int64_t rows, int64_t K, const float *wp, int64_t row_skip, const float *b,
                            int64_t ldb, const pw_truns *u, float *c, int64_t ldc, const float *bias,
                            const float *res, int act, float *t);

@@ -31,6 +31,10 @@ static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 /* the most positions per micro-tile of a run, PW_TJ_MAX; settable for experiments (A/B in one process) */
 int pw_tj_max = PW_TJ_MAX;
+/* k per block of the runs' products (at most PW_TKC), settable for experiments */
+int pw_tkc = PW_TKC;
+/* 0: chunks of positions stay inside their run (before chunks crossed runs), for A/B in one process */
+int pw_cross_runs = 1;
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define PW_T_X86 1
@@ -44,18 +48,19 @@ int pw_tj_max = PW_TJ_MAX;
 
 /* the same sums, any CPU */
 static void block_generic(int mv, int nj, int step, int64_t kc, const float *a, int64_t lda, const float *b,
-                          int64_t ldb, const int64_t *koff, float *t, int64_t tld, int first) {
+                          int64_t ldb, const int64_t *koff, const int64_t *poff, float *t, int64_t tld, int first) {
     for (int j = 0; j < nj; j++)
         for (int r = 0; r < PW_TR * mv; r++) {
             const float *ar = a + (r / PW_TR) * lda + r % PW_TR;
+            const int64_t pj = poff ? poff[j] : j * step;
             float x = 0.0f;
-            for (int64_t k = 0; k < kc; k++) x += ar[k * PW_TR] * b[(koff ? koff[k] : k * ldb) + j * step];
+            for (int64_t k = 0; k < kc; k++) x += ar[k * PW_TR] * b[(koff ? koff[k] : k * ldb) + pj];
             t[j * tld + r] = first ? x : t[j * tld + r] + x;
         }
 }
 
 typedef void (*block_fn)(int, int, int, int64_t, const float *, int64_t, const float *, int64_t, const int64_t *,
-                         float *, int64_t, int);
+                         const int64_t *, float *, int64_t, int);
 
 /* the chosen width's sums: its block function, the most positions per micro-tile, panels per call */
 typedef struct {
@@ -73,25 +78,40 @@ static tkernel pick_block(void) {
     return (tkernel){block_generic, PW_TJ_MAX, 2};
 }
 
-/* the sums of every run into t (positions x tld channels), no writeback */
+/* the sums of every run into t (positions x tld channels), no writeback. The runs' positions are taken
+ * together, in chunks of equal size (+-1) up to pw_tj_max: ResNet's rows of 56, 28 and 14 positions split
+ * into whole chunks of 14 where steps of 12 left tails of 8, 4 and 2, and a stride-2 layer's rows of 7 (a
+ * run each) no longer leave AVX2's 6-wide micro-tiles half empty (2 chunks of 3 and 4 per row). A chunk
+ * that crosses from one run into the next reads its positions through offsets (poff); the others, as
+ * before, at a fixed step. t holds run r's position i at r * width + i either way. */
 static void products(tkernel kern, int64_t rows, int64_t K, const float *wp, int64_t row_skip, const float *b,
                      int64_t ldb, const pw_truns *u, float *t) {
     const int64_t panels = (row_skip + rows + PW_TR - 1) / PW_TR, tld = panels * PW_TR, lda = K * PW_TR;
-    /* a run's positions in chunks of equal size (+-1) up to pw_tj_max: ResNet's rows of 56, 28 and 14
-     * positions split into whole chunks of 14, where steps of 12 left tails of 8, 4 and 2 */
     const int64_t most = pw_tj_max < 1 ? 1 : pw_tj_max > kern.most ? kern.most : pw_tj_max; /* the kernels' cases */
-    const int64_t chunks = (u->width + most - 1) / most;
-    for (int64_t k0 = 0; k0 < K; k0 += PW_TKC) {
-        const int64_t kc = min64(PW_TKC, K - k0);
+    const int64_t per_run = (u->width + most - 1) / most; /* chunks of one run where they do not cross */
+    const int64_t total = u->runs * u->width, KC = pw_tkc;
+    const int64_t chunks = pw_cross_runs ? (total + most - 1) / most : u->runs * per_run;
+    int64_t off[PW_TJ_MAX];
+    for (int64_t k0 = 0; k0 < K; k0 += KC) {
+        const int64_t kc = min64(KC, K - k0);
         const float *bk = u->koff ? b : b + k0 * ldb;
-        for (int64_t r = 0; r < u->runs; r++)
-            for (int64_t i = 0; i < chunks; i++) {
-                const int64_t p = i * u->width / chunks, nj = (i + 1) * u->width / chunks - p;
-                for (int64_t q = 0; q < panels; q += kern.panels)
-                    kern.block((int)min64(kern.panels, panels - q), (int)nj, (int)u->step, kc,
-                               wp + q * lda + k0 * PW_TR, lda, bk + r * u->bpitch + p * u->step, ldb,
-                               u->koff ? u->koff + k0 : NULL, t + (r * u->width + p) * tld + q * PW_TR, tld, k0 == 0);
+        for (int64_t i = 0; i < chunks; i++) {
+            const int64_t j0 = i % per_run, rr = i / per_run; /* without crossing: chunk j0 of run rr */
+            const int64_t p = pw_cross_runs ? i * total / chunks : rr * u->width + j0 * u->width / per_run;
+            const int64_t nj = pw_cross_runs ? (i + 1) * total / chunks - p
+                                             : rr * u->width + (j0 + 1) * u->width / per_run - p;
+            const int64_t r = p / u->width, at = p % u->width;
+            const float *bp = bk + r * u->bpitch + at * u->step;
+            const int64_t *po = NULL;
+            if (at + nj > u->width) { /* into the next run(s) */
+                for (int64_t j = 0; j < nj; j++)
+                    off[j] = ((p + j) / u->width - r) * u->bpitch + ((p + j) % u->width - at) * u->step;
+                po = off;
             }
+            for (int64_t q = 0; q < panels; q += kern.panels)
+                kern.block((int)min64(kern.panels, panels - q), (int)nj, (int)u->step, kc, wp + q * lda + k0 * PW_TR,
+                           lda, bp, ldb, u->koff ? u->koff + k0 : NULL, po, t + p * tld + q * PW_TR, tld, k0 == 0);
+        }
     }
 }
 
@@ -192,9 +212,12 @@ void pw_gemm_rows(int64_t rows, int64_t cols, int64_t K, const float *a, int64_t
  * (koff NULL: k * ldb). step is a constant (1 or 2: positions of a tile) or 0 for pstride (rows of A read
  * in place by pw_gemm_rows, where k advances by 1 and j by a row). Vector v stores under mask[v]. */
 PW_VTI void PW_V(kernel)(const int nv, const int nj, const int step, int64_t kc, const float *a, int64_t lda,
-                         const float *b, int64_t ldb, const int64_t *koff, int64_t pstride, float *out, int64_t ldo,
-                         const vmask *mask, int first) {
+                         const float *b, int64_t ldb, const int64_t *koff, const int64_t *poff, int64_t pstride,
+                         float *out, int64_t ldo, const vmask *mask, int first) {
     const int64_t ps = step ? step : pstride;
+    int64_t off[PW_TJW]; /* B(k, j) at b + koff[k] + off[j]: j * ps, or poff's (constants fold where it is NULL) */
+#pragma GCC unroll 14
+    for (int j = 0; j < nj; j++) off[j] = poff ? poff[j] : j * ps;
     vf acc[PW_TJW][2];
 #pragma GCC unroll 14
     for (int j = 0; j < nj; j++)
@@ -205,7 +228,7 @@ PW_VTI void PW_V(kernel)(const int nv, const int nj, const int step, int64_t kc,
         if (step) { /* rows of A stream in order: the hardware prefetches them */
             const float *bn = b + (koff ? koff[k + PW_TPF_B] : (k + PW_TPF_B) * ldb);
             _mm_prefetch((const char *)bn, _MM_HINT_T0);
-            if (nj * step > 8) _mm_prefetch((const char *)(bn + nj * step - 1), _MM_HINT_T0);
+            if (poff || nj * step > 8) _mm_prefetch((const char *)(bn + off[nj - 1]), _MM_HINT_T0);
         }
         vf av[2];
 #pragma GCC unroll 2
@@ -216,7 +239,7 @@ PW_VTI void PW_V(kernel)(const int nv, const int nj, const int step, int64_t kc,
         }
 #pragma GCC unroll 14
         for (int j = 0; j < nj; j++) {
-            const vf bj = VSET1(bk[j * ps]);
+            const vf bj = VSET1(bk[off[j]]);
 #pragma GCC unroll 2
             for (int v = 0; v < nv; v++) acc[j][v] = VFMA(av[v], bj, acc[j][v]);
         }
@@ -246,16 +269,19 @@ PW_VTI void PW_V(kernel)(const int nv, const int nj, const int step, int64_t kc,
 #define PW_T_CASE(NV, NJ)                                                                                    \
     case NJ:                                                                                                 \
         if (!koff)                                                                                           \
-            PW_V(kernel)(NV, NJ, 1, kc, a, lda, b, ldb, NULL, 0, t, tld, all, first);                        \
+            PW_V(kernel)(NV, NJ, 1, kc, a, lda, b, ldb, NULL, NULL, 0, t, tld, all, first);                  \
+        else if (poff)                                                                                       \
+            PW_V(kernel)(NV, NJ, 1, kc, a, lda, b, 0, koff, poff, 0, t, tld, all, first);                    \
         else if (step == 1)                                                                                  \
-            PW_V(kernel)(NV, NJ, 1, kc, a, lda, b, 0, koff, 0, t, tld, all, first);                          \
+            PW_V(kernel)(NV, NJ, 1, kc, a, lda, b, 0, koff, NULL, 0, t, tld, all, first);                    \
         else                                                                                                 \
-            PW_V(kernel)(NV, NJ, 2, kc, a, lda, b, 0, koff, 0, t, tld, all, first);                          \
+            PW_V(kernel)(NV, NJ, 2, kc, a, lda, b, 0, koff, NULL, 0, t, tld, all, first);                    \
         break;
 
 /* mv panels (AVX2: one) of sums for nj positions into t */
 PW_VT static void PW_V(block_t)(int mv, int nj, int step, int64_t kc, const float *a, int64_t lda, const float *b,
-                                int64_t ldb, const int64_t *koff, float *t, int64_t tld, int first) {
+                                int64_t ldb, const int64_t *koff, const int64_t *poff, float *t, int64_t tld,
+                                int first) {
     const vmask all[2] = {VMASK_ALL, VMASK_ALL};
     if (mv * PW_VPP == 2) {
         PW_NJ_SWITCH(PW_T_CASE, 2)
@@ -294,7 +320,7 @@ PW_VT static void PW_V(writeback_t)(int64_t rows, int64_t segs, int64_t seg, int
 
 #define PW_R_CASE(NV, NJ)                                                                                    \
     case NJ:                                                                                                 \
-        PW_V(kernel)(NV, NJ, 0, kc, w, ldw, a, 1, NULL, lda, c, ldc, m, first);                              \
+        PW_V(kernel)(NV, NJ, 0, kc, w, ldw, a, 1, NULL, NULL, lda, c, ldc, m, first);                        \
         break;
 
 /* pw_gemm_rows' micro-tile: mv panels of B (AVX2: one), ncol of C's columns left from the first */

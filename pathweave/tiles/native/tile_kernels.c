@@ -183,8 +183,10 @@ static void conv_padded(const int64_t *L, const float *xn, float *scratch, int64
         memcpy(key, want, sizeof want);
     }
     const int64_t out_rows = oh1 - oh0;
-    const pw_truns u = st == 1 ? (pw_truns){1, out_rows * Wp, 1, 0, koff, out_rows, OW, Wp}
-                               : (pw_truns){out_rows, OW, 2, 2 * Wp, koff, out_rows, OW, OW};
+    /* a run per output row, read from the copy's rows (stride 1) or every other one (stride 2): the sums
+     * are the outputs, in order (products() chunks across rows, so no column of discarded sums) */
+    const pw_truns u = st == 1 && !pw_cross_runs ? (pw_truns){1, out_rows * Wp, 1, 0, koff, out_rows, OW, Wp}
+                                                 : (pw_truns){out_rows, OW, st, st * Wp, koff, out_rows, OW, OW};
     pw_gemm_packed_t_runs(o1 - o0, K, in_f(L[S_WPACK]) + (o0 / PW_TR) * K * PW_TR, o0 % PW_TR,
                           copy ? xp : xn + oh0 * st * W, 0, &u, c, OH * OW, bias, res, (int)L[S_ACT], t);
 }
