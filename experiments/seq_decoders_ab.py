@@ -95,8 +95,13 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     write_configs(args.out)
     load0, rows = os.getloadavg(), []
+    from pathweave.machine import ISA_LEVELS, cpu_isa
+
+    runnable = ISA_LEVELS[ISA_LEVELS.index(cpu_isa()) :]  # the CPU's level and those below it
     for name in MODELS:
         for isa, env in LEVELS.items():
+            if isa not in runnable:
+                continue
             cmd = [sys.executable, __file__, "--one", str(args.out / name), "--rounds", str(args.rounds)]
             run = subprocess.run(cmd, env={**os.environ, **env}, capture_output=True, text=True, check=True)
             got = json.loads(run.stdout.strip().splitlines()[-1])
