@@ -170,6 +170,16 @@ def test_parameter_free_activations_fuse_into_epilogues() -> None:
     assert acts == ["silu", "relu6", "hardswish"]
 
 
+def test_gelu_tanh_of_huge_negatives_is_zero_as_eager() -> None:
+    """Eager's 1 + tanh(u) is 0 once tanh rounds to -1; the tiles' x / (1 + e^-2u) with e^x clamped at e^88
+    gave -1.8 at x = -3e38 (found by a hostile test)."""
+    model = _Apply(lambda t: torch.nn.functional.gelu(t, approximate="tanh"))
+    fn = pathweave.optimize(model.eval(), _input((3, 17)), strategy="tiles")
+    x = _input((3, 17))
+    x[0, :8] = torch.tensor([-3.0e38, -3.4e38, -1e38, -1e30, -1e12, -100.0, -12.0, 3e38])
+    torch.testing.assert_close(fn(x), model(x), rtol=1e-5, atol=1e-6)
+
+
 def test_gelu_overflows_where_eager_does() -> None:
     """Eager computes x (1 + erf(x / sqrt 2)) before halving: above FLT_MAX / 2 that is +inf."""
     model = _Apply(torch.nn.functional.gelu)

@@ -61,7 +61,9 @@ static inline int64_t at(const int64_t *s, int64_t i0, int64_t i1, int64_t i2) {
  * NaN as torch's 0.5 x (1 + tanh u) does (-inf * 0), where the clamped e^x would give -inf */
 static inline float gelu_tanh(float x) {
     const float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
-    return x == -INFINITY ? NAN : x / (1.0f + exp_approx(-2.0f * u));
+    /* below u = -9.5 float's tanh u is -1, so eager's 1 + tanh u is 0 and the answer -0; x / (1 + e^-2u)
+     * with e^x clamped at e^88 gave -1.8 at x = -3e38 */
+    return x == -INFINITY ? NAN : u < -9.5f ? x * 0.0f : x / (1.0f + exp_approx(-2.0f * u));
 }
 
 PW_HOT_FN(static, void, act_row, (float *d, int64_t n, int act), (d, n, act)) {
