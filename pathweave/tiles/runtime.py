@@ -90,8 +90,11 @@ def _force_isa(lib: ctypes.CDLL, isa: str) -> None:
         raise InputError(
             f"{ISA_ENV}={isa!r} is not an instruction set level; use one of {', '.join(GEMM_ISAS)}"
         )
-    if lib.pw_gemm_force(isa.encode()):
-        raise UnsupportedError(f"{ISA_ENV}={isa}: this CPU cannot run the {isa} kernels")
+    if lib.pw_gemm_force(isa.encode()):  # the caller's setting: an error, not a reason to fall back to ATen
+        raise InputError(
+            f"{ISA_ENV}={isa}: this CPU cannot run the {isa} kernels (it runs {cpu_isa()}); unset it or "
+            f"use one of {', '.join(runnable_gemm_isas())}"
+        )
 
 
 _SGEMM: int | None = None

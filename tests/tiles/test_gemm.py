@@ -264,6 +264,27 @@ def test_the_environment_forces_the_instruction_set_of_every_runtime(isa: str) -
     assert got == isa and float(diff) < 1e-3 and noted == isa  # the bench note names the kernels' level
 
 
+def test_a_forced_level_the_cpu_lacks_is_an_error_not_a_silent_fallback() -> None:
+    """Tiles built under PATHWEAVE_ISA above the CPU's level raise, where they ran every layer in ATen
+    with a warning that did not say why (found by a hostile test on an AVX2 CPU)."""
+    missing = [isa for isa in tile_runtime.GEMM_ISAS if isa not in tile_runtime.runnable_gemm_isas()]
+    if not missing:
+        pytest.skip("this CPU runs every level")
+    env = {**os.environ, tile_runtime.ISA_ENV: missing[0]}
+    code = (
+        "import torch, pathweave\n"
+        "from pathweave.errors import InputError\n"
+        "m = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU()).eval()\n"
+        "try:\n"
+        "    pathweave.optimize(m, torch.randn(1, 3, 16, 16), strategy='tiles')\n"
+        "except InputError as exc:\n"
+        "    print('refused:', exc)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"refused: PATHWEAVE_ISA={missing[0]}: this CPU cannot run" in done.stdout
+
+
 def test_an_unknown_forced_level_is_named() -> None:
     env = {**os.environ, tile_runtime.ISA_ENV: "avx9"}
     code = "from pathweave.tiles import runtime as t; t.gemm_isa()"
