@@ -257,7 +257,8 @@ def _conv_scratch(t: LayerRow, x: View, layout: str | None, k: int) -> int:
     kh, kw, sh, ph, pw = (int(row[s]) for s in (S_KH, S_KW, S_SH, S_PH, S_PW))
     rows = t.graph.largest_extent(t.index, 2)
     # the transposed kernel's sums: its positions x (channels of a tile and the rows before them in
-    # their first panel, rounded up to whole panels); stride 1 over a padded copy sums whole padded rows
+    # their first panel, rounded up to whole panels); stride 1 over a padded copy: room for whole padded
+    # rows, which the kernels sum with pw_cross_runs = 0 (the A/B switch; by default only the outputs)
     width = x.shape[3] + 2 * pw if layout == "padded" and sh == 1 else out[3]
     channels = -(-(t.graph.largest_extent(t.index, 1) + PANEL_ROWS_T - 1) // PANEL_ROWS_T) * PANEL_ROWS_T
     sums = rows * width * channels if layout else 0

@@ -143,9 +143,9 @@ PW_HOT_FN(static, void, depthwise_rows, (const float *xc, const float *wc, float
 /* A convolution of stride 1 or 2 without im2col. The tile's input rows are copied once with their zero
  * padding (rows of Wp = W + 2 pw) so that B's row for (c, i, j) is the copy shifted by c * plane + i * Wp
  * + j; a stride-2 convolution without padding reads its input as it lies (ResNet's 1x1 downsampling).
- * Stride 1 sums over whole padded rows: each output row gets 2 pw discarded sums (3.4% at 56 wide, 6.7%
- * at 28). Stride 2 sums one output row at a time over every second position. The copy and the row
- * offsets are kept as an im2col is, for the tiles of other channels over the same rows. */
+ * Each output row is a run over its window's first row (stride 2: every second position); the
+ * kernel's chunks of positions cross from row to row, so no padded column is summed. The copy and the
+ * row offsets are kept as an im2col is, for the tiles of other channels over the same rows. */
 static void conv_padded(const int64_t *L, const float *xn, float *scratch, int64_t stamp, int64_t n, int64_t oh0,
                         int64_t oh1, int64_t o0, int64_t o1, float *c, const float *bias, const float *res) {
     const int64_t C = L[S_XSHAPE + 1], H = L[S_XSHAPE + 2], W = L[S_XSHAPE + 3];
