@@ -24,10 +24,10 @@
 #define PW_PREFETCH_B 8   /* rows of B ahead */
 
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
 /* the blocking, settable for experiments (A/B in one process) */
 int pw_kc = PW_KC, pw_nc = PW_NC;
-static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define PW_X86 1

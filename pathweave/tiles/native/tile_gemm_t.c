@@ -268,10 +268,10 @@ PW_VTI void PW_V(kernel)(const int nv, const int nj, const int step, int64_t kc,
 #endif
 #define PW_T_CASE(NV, NJ)                                                                                    \
     case NJ:                                                                                                 \
-        if (!koff)                                                                                           \
+        if (poff) /* with or without koff: B(k, j) at b + (koff ? koff[k] : k ldb) + poff[j] */              \
+            PW_V(kernel)(NV, NJ, 1, kc, a, lda, b, ldb, koff, poff, 0, t, tld, all, first);                  \
+        else if (!koff)                                                                                      \
             PW_V(kernel)(NV, NJ, 1, kc, a, lda, b, ldb, NULL, NULL, 0, t, tld, all, first);                  \
-        else if (poff)                                                                                       \
-            PW_V(kernel)(NV, NJ, 1, kc, a, lda, b, 0, koff, poff, 0, t, tld, all, first);                    \
         else if (step == 1)                                                                                  \
             PW_V(kernel)(NV, NJ, 1, kc, a, lda, b, 0, koff, NULL, 0, t, tld, all, first);                    \
         else                                                                                                 \
