@@ -59,7 +59,6 @@ from pathweave.tiles.abi import (
     S_DW,
     S_GROUPS,
     S_KH,
-    S_KW,
     S_NAUX,
     S_OP,
     S_OSHAPE,
@@ -254,16 +253,14 @@ def _conv_scratch(t: LayerRow, x: View, layout: str | None, k: int) -> int:
     """The floats one tile of a direct convolution needs: its im2col (or zero-padded copy and row
     offsets), and the transposed kernel's sums."""
     row, out = t.row, out_shape(t.node)
-    kh, kw, sh, ph, pw = (int(row[s]) for s in (S_KH, S_KW, S_SH, S_PH, S_PW))
+    kh, sh, ph, pw = (int(row[s]) for s in (S_KH, S_SH, S_PH, S_PW))
     rows = t.graph.largest_extent(t.index, 2)
-    # the transposed kernel's sums: its positions x (channels of a tile and the rows before them in
-    # their first panel, rounded up to whole panels); stride 1 over a padded copy: room for whole padded
-    # rows, which the kernels sum with pw_cross_runs = 0 (the A/B switch; by default only the outputs)
-    width = x.shape[3] + 2 * pw if layout == "padded" and sh == 1 else out[3]
+    # the transposed kernel's sums: its positions (the tile's outputs, padded path included) x (channels
+    # of a tile and the rows before them in their first panel, rounded up to whole panels)
     channels = -(-(t.graph.largest_extent(t.index, 1) + PANEL_ROWS_T - 1) // PANEL_ROWS_T) * PANEL_ROWS_T
-    sums = rows * width * channels if layout else 0
+    sums = rows * out[3] * channels if layout else 0
     if layout == "padded":  # the zero-padded copy (pw_padded_floats), the offsets of B's rows (int64)
-        copy = x.shape[1] * ((rows - 1) * sh + kh) * (x.shape[3] + 2 * pw) + kw
+        copy = x.shape[1] * ((rows - 1) * sh + kh) * (x.shape[3] + 2 * pw)
         return (-(-copy // 16) * 16 if ph or pw or sh == 1 else 0) + 2 * (k + KOFF_PAD) + sums
     if row[S_POINTWISE]:
         return sums

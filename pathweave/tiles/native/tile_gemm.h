@@ -22,6 +22,10 @@
 void pw_gemm_packed(int64_t rows, int64_t cols, int64_t K, const float *wp, int64_t row_skip, const float *b,
                     int64_t ldb, float *c, int64_t ldc, const float *bias, const float *res, int act);
 
+/* pw_gemm_packed's micro-kernels prefetch the lines of C and of the residual their epilogues write and
+ * read: bit 1 at AVX2 (the default, 1), bit 2 at AVX-512; 0: neither (A/B in one process) */
+extern int pw_prefetch_out;
+
 /* which kernel pw_gemm_packed runs on this CPU: "avx512", "avx2" or "generic" */
 const char *pw_gemm_isa(void);
 
@@ -56,7 +60,6 @@ typedef struct {
     const int64_t *koff;
     int64_t segs, seg, pitch;
 } pw_truns;
-extern int pw_cross_runs; /* 1 (default): chunks of positions cross runs; 0: the older per-run chunks (A/B) */
 void pw_gemm_packed_t_runs(int64_t rows, int64_t K, const float *wp, int64_t row_skip, const float *b,
                            int64_t ldb, const pw_truns *u, float *c, int64_t ldc, const float *bias,
                            const float *res, int act, float *t);
@@ -68,9 +71,8 @@ void pw_gemm_packed_t_runs(int64_t rows, int64_t K, const float *wp, int64_t row
 void pw_gemm_rows(int64_t rows, int64_t cols, int64_t K, const float *a, int64_t lda, const float *wp, float *c,
                   int64_t ldc);
 
-/* floats of a zero-padded input copy of C planes for a kw wide kernel: the planes, the kw - 1 floats
- * the last discarded sums read past them, rounded up to 16 (what follows is 64-byte aligned) */
-static inline int64_t pw_padded_floats(int64_t C, int64_t plane, int64_t kw) { return (C * plane + kw + 15) / 16 * 16; }
+/* floats of a zero-padded input copy of C planes, rounded up to 16 (what follows is 64-byte aligned) */
+static inline int64_t pw_padded_floats(int64_t C, int64_t plane) { return (C * plane + 15) / 16 * 16; }
 
 /* floats per vector of the chosen kernels: 16 (AVX-512), 8 (AVX2) or 0 (the generic C loops) */
 int pw_vec_width(void);

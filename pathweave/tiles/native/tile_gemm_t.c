@@ -33,8 +33,6 @@ static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 int pw_tj_max = PW_TJ_MAX;
 /* k per block of the runs' products (at most PW_TKC), settable for experiments */
 int pw_tkc = PW_TKC;
-/* 0: chunks of positions stay inside their run (before chunks crossed runs), for A/B in one process */
-int pw_cross_runs = 1;
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define PW_T_X86 1
@@ -81,25 +79,20 @@ static tkernel pick_block(void) {
 /* the sums of every run into t (positions x tld channels), no writeback. The runs' positions are taken
  * together, in chunks of equal size (+-1) up to pw_tj_max: ResNet's rows of 56, 28 and 14 positions split
  * into whole chunks of 14 where steps of 12 left tails of 8, 4 and 2, and a stride-2 layer's rows of 7 (a
- * run each) no longer leave AVX2's 6-wide micro-tiles half empty (2 chunks of 3 and 4 per row). A chunk
- * that crosses from one run into the next reads its positions through offsets (poff); the others, as
- * before, at a fixed step. t holds run r's position i at r * width + i either way. */
+ * run each) do not leave AVX2's 6-wide micro-tiles half empty (2 chunks of 3 and 4 per row). A chunk
+ * that crosses from one run into the next reads its positions through offsets (poff); the others at a
+ * fixed step. t holds run r's position i at r * width + i. */
 static void products(tkernel kern, int64_t rows, int64_t K, const float *wp, int64_t row_skip, const float *b,
                      int64_t ldb, const pw_truns *u, float *t) {
     const int64_t panels = (row_skip + rows + PW_TR - 1) / PW_TR, tld = panels * PW_TR, lda = K * PW_TR;
     const int64_t most = pw_tj_max < 1 ? 1 : pw_tj_max > kern.most ? kern.most : pw_tj_max; /* the kernels' cases */
-    const int64_t per_run = (u->width + most - 1) / most; /* chunks of one run where they do not cross */
-    const int64_t total = u->runs * u->width, KC = pw_tkc;
-    const int64_t chunks = pw_cross_runs ? (total + most - 1) / most : u->runs * per_run;
+    const int64_t total = u->runs * u->width, KC = pw_tkc, chunks = (total + most - 1) / most;
     int64_t off[PW_TJ_MAX];
     for (int64_t k0 = 0; k0 < K; k0 += KC) {
         const int64_t kc = min64(KC, K - k0);
         const float *bk = u->koff ? b : b + k0 * ldb;
         for (int64_t i = 0; i < chunks; i++) {
-            const int64_t j0 = i % per_run, rr = i / per_run; /* without crossing: chunk j0 of run rr */
-            const int64_t p = pw_cross_runs ? i * total / chunks : rr * u->width + j0 * u->width / per_run;
-            const int64_t nj = pw_cross_runs ? (i + 1) * total / chunks - p
-                                             : rr * u->width + (j0 + 1) * u->width / per_run - p;
+            const int64_t p = i * total / chunks, nj = (i + 1) * total / chunks - p;
             const int64_t r = p / u->width, at = p % u->width;
             const float *bp = bk + r * u->bpitch + at * u->step;
             const int64_t *po = NULL;

@@ -157,7 +157,7 @@ static void conv_padded(const int64_t *L, const float *xn, float *scratch, int64
      * the tile graph orders this tile after the writes of those only */
     const int64_t used = (OW - 1) * st + kw - pw < W ? (OW - 1) * st + kw - pw : W;
     float *xp = scratch + PW_SCRATCH_HEADER;
-    int64_t *koff = (int64_t *)(xp + (copy ? pw_padded_floats(C, plane, kw) : 0));
+    int64_t *koff = (int64_t *)(xp + (copy ? pw_padded_floats(C, plane) : 0));
     float *t = (float *)(koff + K + PW_KOFF_PAD);
     int64_t *key = (int64_t *)scratch;
     const int64_t want[6] = {(int64_t)(intptr_t)L, stamp, n, -1, oh0, oh1};
@@ -174,8 +174,6 @@ static void conv_padded(const int64_t *L, const float *xn, float *scratch, int64
                 memcpy(d + pw, xn + (ci * H + ih) * W, sizeof(float) * used);
                 memset(d + pw + used, 0, sizeof(float) * (Wp - pw - used));
             }
-        /* stride 1: the last positions' discarded sums read up to kw - 1 floats past the copy */
-        if (copy) memset(xp + C * plane, 0, sizeof(float) * (pw_padded_floats(C, plane, kw) - C * plane));
         for (int64_t ci = 0, k = 0; ci < C; ci++)
             for (int64_t i = 0; i < kh; i++)
                 for (int64_t j = 0; j < kw; j++) koff[k++] = ci * plane + i * Wp + j;
@@ -185,8 +183,7 @@ static void conv_padded(const int64_t *L, const float *xn, float *scratch, int64
     const int64_t out_rows = oh1 - oh0;
     /* a run per output row, read from the copy's rows (stride 1) or every other one (stride 2): the sums
      * are the outputs, in order (products() chunks across rows, so no column of discarded sums) */
-    const pw_truns u = st == 1 && !pw_cross_runs ? (pw_truns){1, out_rows * Wp, 1, 0, koff, out_rows, OW, Wp}
-                                                 : (pw_truns){out_rows, OW, st, st * Wp, koff, out_rows, OW, OW};
+    const pw_truns u = {out_rows, OW, st, st * Wp, koff, out_rows, OW, OW};
     pw_gemm_packed_t_runs(o1 - o0, K, in_f(L[S_WPACK]) + (o0 / PW_TR) * K * PW_TR, o0 % PW_TR,
                           copy ? xp : xn + oh0 * st * W, 0, &u, c, OH * OW, bias, res, (int)L[S_ACT], t);
 }
