@@ -43,13 +43,18 @@ int pw_pool3_s1(const float *xc, int64_t RS, int64_t H, int64_t W, float *oc, in
 
 PW_VTI vf PW_V(combine)(vf a, vf b, int is_max) { return is_max ? PW_V(vmax_nan)(a, b) : VADD(a, b); }
 
-/* columns [c0, c0 + PW_VW) of output row oh's window rows combined (fill outside the input) */
+/* columns [c0, c0 + PW_VW) of output row oh's window rows combined (fill outside the input); a vector
+ * inside the row loads plainly (AVX2's masked load and blend, on the critical path, took ~25% of the time) */
 PW_VTI vf PW_V(rows3)(const float *xc, int64_t RS, int64_t H, int64_t W, int64_t oh, int64_t c0, vf fill,
                       int is_max) {
-    const vmask m = PW_V(inside)(c0, W);
+    const int full = c0 + PW_VW <= W;
+    const vmask m = full ? VMASK_ALL : PW_V(inside)(c0, W);
     vf acc = fill;
     for (int64_t ih = oh - 1; ih <= oh + 1; ih++)
-        if (ih >= 0 && ih < H) acc = PW_V(combine)(acc, VLOADF_M(fill, m, xc + ih * RS + c0), is_max);
+        if (ih >= 0 && ih < H) {
+            const float *p = xc + ih * RS + c0;
+            acc = PW_V(combine)(acc, full ? VLOAD(p) : VLOADF_M(fill, m, p), is_max);
+        }
     return acc;
 }
 
@@ -65,7 +70,10 @@ PW_VT static void PW_V(pool3)(const float *xc, int64_t RS, int64_t H, int64_t W,
             const vf left = PW_V(left_in)(prev, cur), right = PW_V(right_in)(cur, next);
             vf x = PW_V(combine)(PW_V(combine)(left, cur, is_max), right, is_max);
             if (!is_max) x = VDIV(x, d);
-            VSTORE_M(oc + oh * W + c0, PW_V(inside)(c0, W), x);
+            if (c0 + PW_VW <= W)
+                VSTORE(oc + oh * W + c0, x);
+            else
+                VSTORE_M(oc + oh * W + c0, PW_V(inside)(c0, W), x);
             prev = cur, cur = next;
         }
     }

@@ -198,9 +198,10 @@ PW_VTI void vstore_m_8(float *p, __m256i m, __m256 x) {
     if (n) _mm_store_ss(p, h);
 }
 
+/* v where v > acc or v is NaN, else acc (vmax_nan_16's rule): maxps(v, acc) is v > acc ? v : acc, and
+ * the NaN test reads v alone, so the chain through acc is two instructions, not four */
 PW_VTI __m256 vmax_nan_8(__m256 acc, __m256 v) {
-    const __m256 take = _mm256_or_ps(_mm256_cmp_ps(v, acc, _CMP_GT_OQ), _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-    return _mm256_blendv_ps(acc, v, take);
+    return _mm256_blendv_ps(_mm256_max_ps(v, acc), v, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
 }
 
 PW_VTI __m256i inside_8(int64_t c, int64_t end) {
