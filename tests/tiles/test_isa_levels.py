@@ -71,6 +71,33 @@ def test_pools_match_eager(level: str, shape: tuple) -> None:
         strat.close()
 
 
+class _StridedMax(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        f = torch.nn.functional
+        return f.max_pool2d(x, 3, 2, 1), f.max_pool2d(x, 3, 2, 0, ceil_mode=True)
+
+
+def test_strided_max_pool_takes_nan_and_inf_in_every_column(level: str) -> None:
+    """The 3x3 stride-2 max pool reads a vector pass's last window column (2 vectors + 1 on) apart from
+    its two vectors: a NaN, or an inf among finite values, in any column and row reaches the outputs whose
+    windows hold it, as in eager."""
+    net = _StridedMax().eval()
+    shape = (1, 2, 5, 71)
+    strat = TilesStrategy(pathweave.capture(net, torch.randn(shape)), threads=2)
+    try:
+        for col in range(shape[3]):
+            x = torch.randn(shape, generator=torch.Generator().manual_seed(col))
+            x[0, 0, col % shape[2], col] = float("nan")
+            x[0, 1, (col + 2) % shape[2], col] = float("inf")
+            with torch.no_grad():
+                got, want = strat(x), net(x)
+            for g, w in zip(got, want, strict=True):
+                assert torch.equal(g.isnan(), w.isnan()), col
+                torch.testing.assert_close(g, w, rtol=0, atol=0, equal_nan=True)
+    finally:
+        strat.close()
+
+
 def test_pools_read_a_channels_last_input(level: str) -> None:
     """A channels-last input is copied to the kernels' layout on the way in; the outputs stay eager's."""
     net = _Pools().eval()
