@@ -173,7 +173,8 @@ PW_VTI void PW_V(kernel)(const int nv, const int masked, vmask tail, int h, int6
     for (int i = 0; i < PW_RH; i++)
 #pragma GCC unroll 3
         for (int v = 0; v < nv; v++) acc[i][v] = VZERO();
-    if (pw_prefetch_out & (PW_VW == 8 ? 1 : 2)) { /* the epilogue's lines of C and of the residual, fetched while the k loop runs */
+    /* the epilogue's lines of C and of the residual, fetched while the k loop runs */
+    if (pw_prefetch_out & (PW_VW == 8 ? 1 : 2)) {
 #pragma GCC unroll 8
         for (int i = 0; i < PW_RH; i++) {
             const int lane = PW_RH * h + i;

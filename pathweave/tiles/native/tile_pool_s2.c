@@ -13,7 +13,10 @@
 #include "tile_gemm.h"
 #include "tile_kernels.h"
 
-extern int pw_pool_prefetch;
+/* floats ahead along each window row that the kernel prefetches (settable for A/B): 64 (4 lines), alone on a
+ * Zen 3 the 64x147x147 and 192x56x56 pools 0.91x of the time with the prefetch 0 floats ahead (32 to 256 alike) */
+int pw_pool_prefetch = 64;
+
 #if defined(__x86_64__) && defined(__GNUC__)
 #define PW_POOL_S2_X86 1
 #define PW_VW 16
@@ -23,10 +26,6 @@ extern int pw_pool_prefetch;
 #include "tile_pool_s2.c" /* and for AVX2 */
 #undef PW_VW
 #endif
-
-/* floats ahead along each window row that the kernel prefetches (settable for A/B): 64 (4 lines), alone on a
- * Zen 3 the 64x147x147 and 192x56x56 pools 0.91x of the time with the prefetch 0 floats ahead (32 to 256 alike) */
-int pw_pool_prefetch = 64;
 
 int pw_pool_s2_max(const float *xc, int64_t RS, int64_t H, int64_t W, float *oc, int64_t OW, int64_t oh_lo,
                    int64_t oh_hi, int64_t ow_lo, int64_t ow_hi, int64_t kh, int64_t kw, int64_t ph, int64_t pw) {
