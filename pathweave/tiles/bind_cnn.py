@@ -62,6 +62,7 @@ from pathweave.tiles.abi import (
     S_NAUX,
     S_OP,
     S_OSHAPE,
+    S_OUT,
     S_PH,
     S_POINTWISE,
     S_PW,
@@ -552,11 +553,16 @@ def cat_batch_norm(t: LayerRow) -> int:
 
 
 def _concatenate(t: LayerRow, stack: bool) -> None:
+    """The copies of a concatenation, one record per input, but none for an input already where its copy
+    would put it (``memory.concat_slots`` placed its layer there): then the copy would only rewrite the
+    same floats (a plain ``cat``; the fused batch norm changes them)."""
     out = out_shape(t.node)
     nd = len(out)
     if nd > 4:
         raise NoKernel("more than 4 dims")
     dim = t.args["dim"] % nd
+    out_strides = [math.prod(out[d + 1 :]) for d in range(nd)]
+    in_place = op_name(t.node) == "cat"
     records, offset = [], 0
     for tensor in t.args["tensors"]:
         v = t.view(tensor)
@@ -565,9 +571,16 @@ def _concatenate(t: LayerRow, stack: bool) -> None:
             shape.insert(dim, 1)
             strides.insert(dim, 0)
         size = shape[dim] if math.prod(shape) else 0
+        there = int(t.row[S_OUT]) + 4 * offset * out_strides[dim]
+        if (
+            in_place
+            and v.address == there
+            and all(n == 1 or s == o for n, s, o in zip(shape, strides, out_strides, strict=True))
+        ):
+            size = 0  # written there by its own layer
         if size:
             records.append([v.address, offset, size, *pad4(strides, 0)])
-        offset += size
+        offset += shape[dim] if math.prod(shape) else 0
     aux = np.asarray(records, dtype=np.int64).reshape(-1, 7)
     t.keep.append(aux)
     t.row[S_OP], t.row[S_GROUPS], t.row[S_AUX], t.row[S_NAUX] = K_CAT, dim, aux.ctypes.data, len(aux)

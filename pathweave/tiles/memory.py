@@ -12,6 +12,14 @@ Overlap is judged on each tile's span of the flat buffer (first to last element 
 conservative: a tile waits for every reader of anything between its first and last element.
 ``distance`` trades memory for freedom: the farther apart the two layers, the more of those edges are
 already implied by the graph.
+
+Concatenations without copies: a layer whose output only goes into a concatenation's slot (``concat_slots``:
+along a dim with nothing but size-1 dims before it, so the slot is one contiguous run of the
+concatenation's buffer) is placed at that slot, and the concatenation's binder then finds every input
+already where its copy would put it and copies nothing (Inception's and GoogLeNet's branch outputs,
+NASNet's cells). The concatenation and the layers in its slots are one block, taken when the first of
+them is placed and released when the last reader of any of them is ``distance`` layers behind; they share
+memory by design, the only sharing ``verify`` allows between live layers.
 """
 
 from __future__ import annotations
@@ -19,9 +27,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import numpy as np
+import torch
 
+from pathweave.analysis.ops import op_name
 from pathweave.errors import InputError, PlanError
 from pathweave.tiles.graph import MAX_DIMS, TileGraph
+from pathweave.tiles.maps import bound_args
+from pathweave.tiles.rows import value
 
 #: floats a block is aligned to (64 bytes)
 ALIGN = 16
@@ -36,9 +48,10 @@ class BufferPlan:
     separate_floats: int  # what one buffer per layer would take
     graph: TileGraph  # the tile graph with the write-after-read edges
     added_edges: int
-    sizes: np.ndarray  # int64 [L]: floats each layer's block takes (aligned)
+    sizes: np.ndarray  # int64 [L]: floats each layer's block takes (aligned; a slot's layer: its own size)
     source: TileGraph  # the graph the plan was made for (without the added edges)
     keep: frozenset[int]  # the layers never released
+    slots: dict[int, tuple[int, int]]  # a layer placed in a concatenation's slot: (that layer, float offset)
 
     def verify(self, before: TileGraph | None = None, keep: set[int] | None = None) -> None:
         """Raise PlanError unless reuse is safe: two layers share memory only where the earlier one is
@@ -49,6 +62,15 @@ class BufferPlan:
         before = self.source if before is None else before
         keep = set(self.keep) if keep is None else keep
         n = before.num_layers
+        for a, (cat, at) in self.slots.items():
+            inside = (
+                a < cat
+                and self.offsets[a] == self.offsets[cat] + at
+                and self.sizes[a] + at <= self.sizes[cat]
+            )
+            if not inside:
+                names = before.layer_names
+                raise PlanError(f"layer {names[a]} is not inside its slot of {names[cat]}")
         last_use = _last_use(before)
         ancestors = _ancestors(self.graph)
         for b in range(n):
@@ -56,8 +78,8 @@ class BufferPlan:
                 if not (
                     self.offsets[a] < self.offsets[b] + self.sizes[b]
                     and self.offsets[b] < self.offsets[a] + self.sizes[a]
-                ):
-                    continue
+                ) or b in _enclosing(self.slots, a):
+                    continue  # apart, or a written where the concatenation b wants it
                 name_a, name_b = before.layer_names[a], before.layer_names[b]
                 if a in keep or last_use[a] >= b:
                     raise PlanError(f"layers {name_a} and {name_b} share memory while {name_a} is still read")
@@ -85,39 +107,110 @@ def _spans(graph: TileGraph, layer: int) -> tuple[np.ndarray, np.ndarray]:
     return first, last + 1
 
 
-def plan_buffers(graph: TileGraph, keep: set[int], distance: int = DISTANCE) -> BufferPlan:
+def concat_slots(gm: torch.fx.GraphModule, graph: TileGraph) -> dict[int, tuple[int, int]]:
+    """Layers that can be written straight into a concatenation: per layer index, the concatenation's
+    layer and the float offset of its slot there. A float32 ``cat`` qualifies where every dim before its
+    dim has size 1 (batch 1 along channels: each slot is one contiguous run); an input qualifies where it
+    is an earlier layer of the same float32 shape, taken once (the first slot of the first concatenation
+    that reads it: the others copy it as before)."""
+    index = {str(name): i for i, name in enumerate(graph.layer_names)}
+    slots: dict[int, tuple[int, int]] = {}
+    for node in gm.graph.nodes:
+        cat = index.get(node.name)
+        if cat is None or op_name(node) != "cat" or not _is_float32(node):
+            continue
+        args = bound_args(node)
+        out = tuple(value(node).shape)
+        dim = int(args.get("dim", 0)) % len(out)
+        if any(d != 1 for d in out[:dim]):
+            continue
+        inner, at = int(np.prod(out[dim + 1 :], dtype=np.int64)), 0
+        for tensor in args["tensors"]:
+            layer = index.get(tensor.name) if isinstance(tensor, torch.fx.Node) else None
+            size = int(value(tensor).shape[dim]) if isinstance(tensor, torch.fx.Node) else 0
+            if (
+                layer is not None
+                and layer < cat
+                and layer not in slots
+                and _is_float32(tensor)
+                and tuple(value(tensor).shape) == (*out[:dim], size, *out[dim + 1 :])
+            ):
+                slots[layer] = (cat, at * inner)
+            at += size
+    return slots
+
+
+def _is_float32(node: torch.fx.Node) -> bool:
+    val = value(node)
+    return isinstance(val, torch.Tensor) and val.dtype == torch.float32
+
+
+def _enclosing(slots: dict[int, tuple[int, int]], layer: int) -> list[int]:
+    """The concatenations ``layer`` is written into, innermost first (one inside another's slot nests)."""
+    chain = []
+    while layer in slots:
+        layer = slots[layer][0]
+        chain.append(layer)
+    return chain
+
+
+def plan_buffers(
+    graph: TileGraph,
+    keep: set[int],
+    distance: int = DISTANCE,
+    slots: dict[int, tuple[int, int]] | None = None,
+) -> BufferPlan:
     """Place every layer's output in one arena. Layers in ``keep`` (read after the run: the graph's
-    outputs) are never released. Returns the offsets and the graph with the edges that make reuse safe."""
+    outputs) are never released; a layer in ``slots`` (``concat_slots``) lies in its concatenation's
+    block. Returns the offsets and the graph with the edges that make reuse safe."""
     if distance < 1:
         raise InputError(f"distance must be >= 1, not {distance}")
+    slots = dict(slots or {})
     n = graph.num_layers
     sizes = [int(np.prod(graph.layer_shapes[i])) for i in range(n)]
     padded = [-(-s // ALIGN) * ALIGN for s in sizes]
+    # a block per root (a layer in no slot): itself and every layer written into it, at relative offsets
+    root, rel = list(range(n)), [0] * n
+    for i in slots:
+        for cat in _enclosing(slots, i):
+            rel[i] += slots[root[i]][1]
+            root[i] = cat
+    members: dict[int, list[int]] = {}
+    for i in range(n):
+        members.setdefault(root[i], []).append(i)
     last_use = _last_use(graph)
+    block_last = {r: max(int(last_use[m]) for m in ms) for r, ms in members.items()}
+    block_kept = {r for r, ms in members.items() if any(m in keep for m in ms)}
+    held = [padded[i] if root[i] == i else sizes[i] for i in range(n)]  # what each layer covers
     free: list[tuple[int, int]] = []  # (offset, size), sorted by offset
-    placed: list[tuple[int, int, int]] = []  # (layer, offset, size) of released blocks, in release order
-    live: list[int] = []
+    placed: list[tuple[int, int, int]] = []  # (layer, offset, size) of released blocks' layers
+    live: list[int] = []  # roots
+    base: dict[int, int] = {}  # each root's block, once taken
     offsets = np.zeros(n, dtype=np.int64)
     end = 0
     extra: dict[int, set[int]] = {}
     for i in range(n):
-        for a in [a for a in live if a not in keep and last_use[a] + distance <= i]:
-            live.remove(a)
-            placed.append((a, int(offsets[a]), padded[a]))
-            free = _release(free, int(offsets[a]), padded[a])
-        off, free = _take(free, padded[i])
-        if off is None:
-            off, end = end, end + padded[i]
-        offsets[i] = off
-        live.append(i)
+        for r in [r for r in live if r not in block_kept and block_last[r] + distance <= i]:
+            live.remove(r)
+            placed.extend((m, int(offsets[m]), held[m]) for m in members[r])
+            free = _release(free, base[r], padded[r])
+        r = root[i]
+        if r not in base:
+            off, free = _take(free, padded[r])
+            if off is None:
+                off, end = end, end + padded[r]
+            base[r] = off
+            live.append(r)
+        off = offsets[i] = base[r] + rel[i]
         for a, a_off, a_size in placed:
-            if a_off < off + padded[i] and off < a_off + a_size:
+            if a_off < off + held[i] and off < a_off + a_size:
                 _war_edges(graph, a, a_off, i, off, extra)
     kept = _prune(graph, extra) if extra else {}
     added = sum(len(v) for v in kept.values())
     edged = _with_parents(graph, kept) if added else graph
-    sizes = np.asarray(padded, dtype=np.int64)
-    return BufferPlan(offsets, end, sum(padded), edged, added, sizes, graph, frozenset(keep))
+    covered = np.asarray(held, dtype=np.int64)
+    separate = sum(padded)
+    return BufferPlan(offsets, end, separate, edged, added, covered, graph, frozenset(keep), slots)
 
 
 def _last_use(graph: TileGraph) -> np.ndarray:

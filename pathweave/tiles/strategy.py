@@ -33,7 +33,7 @@ from pathweave.tiles.abi import OP_LAYER
 from pathweave.tiles.build import WORK_PER_TILE, TilesPerLayer, build_tile_graph
 from pathweave.tiles.conv_layout import WINOGRAD_MIN_CHANNELS
 from pathweave.tiles.islands import Coverage
-from pathweave.tiles.memory import DISTANCE, plan_buffers
+from pathweave.tiles.memory import DISTANCE, concat_slots, plan_buffers
 from pathweave.tiles.nodes import plan_nodes
 from pathweave.tiles.ops import require_kernels
 from pathweave.tiles.program import TileProgram, build_program, output_layers
@@ -106,7 +106,8 @@ class TilesStrategy(Strategy):
         # each reuse after the reads of the old value
         self.buffers = None
         if buffer_distance is not None:
-            self.buffers = plan_buffers(self.graph, output_layers(gm, self.graph), buffer_distance)
+            keep, slots = output_layers(gm, self.graph), concat_slots(gm, self.graph)
+            self.buffers = plan_buffers(self.graph, keep, buffer_distance, slots)
             self.graph = self.buffers.graph
         self.program = self.new_program()
 

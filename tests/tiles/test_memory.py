@@ -78,3 +78,83 @@ def test_verify_catches_an_overwrite_without_its_edges(model: torch.nn.Module) -
     with pytest.raises(PlanError, match="still read"):
         replace(plan, offsets=plan.offsets * 0).verify(strat.graph, keep)  # everything on top of everything
     strat.close()
+
+
+class _Concats(torch.nn.Module):
+    """Concatenations the planner writes in place and ones it must copy: nested, a branch read by two
+    concatenations and by a later layer, the graph's input in a slot, and the same layer twice."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.b = torch.nn.Conv2d(3, 5, 1)
+        self.c = torch.nn.Conv2d(8, 6, 3, padding=1)
+        self.d = torch.nn.Conv2d(13, 7, 1)
+        self.e = torch.nn.Conv2d(26, 4, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        a, b = torch.relu(self.a(x)), self.b(x)
+        inner = torch.cat([a, b], 1)  # 13 channels: a and b written in place
+        c = self.c(a)
+        outer = torch.cat([inner, torch.relu(self.d(inner)), c], 1)  # 26: inner nested in outer's slot
+        y = self.e(outer) + torch.relu(self.e(outer))
+        # b and c already placed, x an input, c twice: copies; read after outer's last reader, so outer's
+        # block (holding b and c) must live as long as they are read
+        again = torch.cat([b, c, x, c], 1)
+        return y, torch.relu(again) * 2.0
+
+
+def _cat_records(strat: TilesStrategy) -> list[int]:
+    from pathweave.tiles.abi import S_NAUX
+
+    layers = [i for i, op in enumerate(strat.graph.layer_ops) if op == "cat"]
+    return [int(strat.program.layers[i, S_NAUX]) for i in layers]
+
+
+def _close_with_nan(got: tuple[torch.Tensor, ...], want: tuple[torch.Tensor, ...]) -> None:
+    for g, w in zip(got, want, strict=True):
+        scale = w[w.isfinite()].abs().max().item()
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5 * scale, equal_nan=True)
+
+
+def test_concatenations_written_in_place() -> None:
+    torch.manual_seed(0)
+    model = _Concats().eval()
+    x = torch.randn(1, 3, 11, 13)
+    strat = TilesStrategy(pathweave.capture(model, x), threads=2, work_per_tile=2e4, buffer_distance=1)
+    plan = strat.buffers
+    assert plan is not None and len(plan.slots) == 5  # a, b in inner; inner, relu(d), c in outer
+    assert _cat_records(strat) == [0, 0, 4]  # the third copies all four of its inputs
+    plan.verify()
+    for seed in range(20):  # two engines, memory reused at distance 1: a missing edge shows as a wrong value
+        x = torch.randn(1, 3, 11, 13, generator=torch.Generator().manual_seed(seed))
+        x[0, seed % 3, seed % 11, seed % 13] = (float("nan"), float("inf"), -float("inf"))[seed % 3]
+        with torch.no_grad():
+            _close_with_nan(strat(x), model(x))
+    strat.close()
+
+
+def test_concatenations_copied_where_a_slot_is_not_contiguous(outputs_close) -> None:
+    torch.manual_seed(0)
+    model = _Concats().eval()
+    x = torch.randn(2, 3, 11, 13)  # batch 2: a channel slot is two runs, so every input is copied
+    strat = TilesStrategy(pathweave.capture(model, x), threads=2, work_per_tile=2e4, buffer_distance=1)
+    assert strat.buffers is not None and not strat.buffers.slots
+    assert _cat_records(strat) == [2, 3, 4]
+    with torch.no_grad():
+        outputs_close(strat(x), model(x), rtol=1e-4, atol_scale=1e-5)
+    strat.close()
+
+
+def test_verify_catches_a_layer_outside_its_slot() -> None:
+    torch.manual_seed(0)
+    x = torch.randn(1, 3, 11, 13)
+    strat = TilesStrategy(pathweave.capture(_Concats().eval(), x), threads=1, work_per_tile=2e4)
+    plan = strat.buffers
+    assert plan is not None and plan.slots
+    layer = next(iter(plan.slots))
+    offsets = plan.offsets.copy()
+    offsets[layer] += 16
+    with pytest.raises(PlanError, match="not inside its slot"):
+        replace(plan, offsets=offsets).verify()
+    strat.close()
