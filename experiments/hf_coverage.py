@@ -238,9 +238,11 @@ def _auto(r: dict) -> str:
 
 
 def table(rows: dict[str, dict]) -> str:
-    head = ("| model | config | tiles runs? | matches? | built as | FLOP share in tiles "
-            "| ops outside (counts) | tiles ms | sequential ms | best peer (name ms) "
-            "| auto picks (auto_times_ms) | load before/after |")
+    head = (
+        "| model | config | tiles runs? | matches? | built as | FLOP share in tiles "
+        "| ops outside (counts) | tiles ms | sequential ms | best peer (name ms) "
+        "| auto picks (auto_times_ms) | load before/after |"
+    )
     lines = [head, "|" + "---|" * 12]
     for name, r in rows.items():
         runs = "yes" if r.get("runs") else f"NO: {r.get('error', '?')}"
