@@ -52,6 +52,7 @@ class BufferPlan:
     source: TileGraph  # the graph the plan was made for (without the added edges)
     keep: frozenset[int]  # the layers never released
     slots: dict[int, tuple[int, int]]  # a layer placed in a concatenation's slot: (that layer, float offset)
+    itemsizes: np.ndarray  # int64 [L]: bytes per element of each layer's output (bool: 1, in a float block)
 
     def verify(self, before: TileGraph | None = None, keep: set[int] | None = None) -> None:
         """Raise PlanError unless reuse is safe: two layers share memory only where the earlier one is
@@ -83,8 +84,8 @@ class BufferPlan:
                 name_a, name_b = before.layer_names[a], before.layer_names[b]
                 if a in keep or last_use[a] >= b:
                     raise PlanError(f"layers {name_a} and {name_b} share memory while {name_a} is still read")
-                a_first, a_end = (v + self.offsets[a] for v in _spans(before, a))
-                b_first, b_end = (v + self.offsets[b] for v in _spans(before, b))
+                a_first, a_end = (v + self.offsets[a] for v in _spans(before, a, self.itemsizes[a]))
+                b_first, b_end = (v + self.offsets[b] for v in _spans(before, b, self.itemsizes[b]))
                 a0, b0 = int(before.layer_tile_start[a]), int(before.layer_tile_start[b])
                 for j in range(len(b_first)):
                     for t in np.nonzero((a_first < b_end[j]) & (b_first[j] < a_end))[0] + a0:
@@ -97,14 +98,16 @@ class BufferPlan:
                             )
 
 
-def _spans(graph: TileGraph, layer: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per tile of ``layer``: the first element it holds and one past its last, in its C-order buffer."""
+def _spans(graph: TileGraph, layer: int, itemsize: int = 4) -> tuple[np.ndarray, np.ndarray]:
+    """Per tile of ``layer``: the first float of its block it writes and one past its last (elements of
+    ``itemsize`` bytes in C order from the block's start: a bool layer's element e is in float e // 4)."""
     lo, hi = int(graph.layer_tile_start[layer]), int(graph.layer_tile_start[layer + 1])
     shape = graph.layer_shapes[layer]
     strides = np.array([int(np.prod(shape[d + 1 :])) for d in range(MAX_DIMS)], dtype=np.int64)
     first = graph.tile_lo[lo:hi].astype(np.int64) @ strides
     last = (graph.tile_hi[lo:hi].astype(np.int64) - 1) @ strides
-    return first, last + 1
+    size = int(itemsize)
+    return first * size // 4, -(-(last + 1) * size // 4)
 
 
 def concat_slots(gm: torch.fx.GraphModule, graph: TileGraph) -> dict[int, tuple[int, int]]:
@@ -159,14 +162,20 @@ def plan_buffers(
     keep: set[int],
     distance: int = DISTANCE,
     slots: dict[int, tuple[int, int]] | None = None,
+    itemsizes: np.ndarray | None = None,
 ) -> BufferPlan:
     """Place every layer's output in one arena. Layers in ``keep`` (read after the run: the graph's
     outputs) are never released; a layer in ``slots`` (``concat_slots``) lies in its concatenation's
-    block. Returns the offsets and the graph with the edges that make reuse safe."""
+    block; ``itemsizes``: bytes per element of each layer's output (default 4; a bool layer's 1 byte per
+    value sits in a block of as many floats). Returns the offsets and the graph with the edges that make
+    reuse safe."""
     if distance < 1:
         raise InputError(f"distance must be >= 1, not {distance}")
     slots = dict(slots or {})
     n = graph.num_layers
+    widths = np.full(n, 4, dtype=np.int64) if itemsizes is None else np.asarray(itemsizes, dtype=np.int64)
+    if len(widths) != n or ((widths != 1) & (widths != 2) & (widths != 4)).any():
+        raise InputError(f"itemsizes: {n} of 1, 2 or 4 bytes expected")
     sizes = [int(np.prod(graph.layer_shapes[i])) for i in range(n)]
     padded = [-(-s // ALIGN) * ALIGN for s in sizes]
     # a block per root (a layer in no slot): itself and every layer written into it, at relative offsets
@@ -204,13 +213,13 @@ def plan_buffers(
         off = offsets[i] = base[r] + rel[i]
         for a, a_off, a_size in placed:
             if a_off < off + held[i] and off < a_off + a_size:
-                _war_edges(graph, a, a_off, i, off, extra)
+                _war_edges(graph, (a, a_off, int(widths[a])), (i, off, int(widths[i])), extra)
     kept = _prune(graph, extra) if extra else {}
     added = sum(len(v) for v in kept.values())
     edged = _with_parents(graph, kept) if added else graph
     covered = np.asarray(held, dtype=np.int64)
     separate = sum(padded)
-    return BufferPlan(offsets, end, separate, edged, added, covered, graph, frozenset(keep), slots)
+    return BufferPlan(offsets, end, separate, edged, added, covered, graph, frozenset(keep), slots, widths)
 
 
 def _last_use(graph: TileGraph) -> np.ndarray:
@@ -254,13 +263,15 @@ def _release(free: list[tuple[int, int]], off: int, size: int) -> list[tuple[int
 
 
 def _war_edges(
-    graph: TileGraph, old: int, old_off: int, new: int, new_off: int, extra: dict[int, set[int]]
+    graph: TileGraph, old_at: tuple[int, int, int], new_at: tuple[int, int, int], extra: dict[int, set[int]]
 ) -> None:
-    """Edges into the tiles of ``new`` from the tiles of ``old`` whose span overlaps theirs in the arena,
-    and from every tile that reads those. ``new`` comes after ``old``'s last reader in layer order, so
-    no tile of ``new`` is among its own sources."""
-    a_first, a_end = _spans(graph, old)
-    b_first, b_end = _spans(graph, new)
+    """Edges into the tiles of layer ``new`` from the tiles of layer ``old`` whose span overlaps theirs in
+    the arena, and from every tile that reads those (each given as layer, float offset, bytes per element).
+    ``new`` comes after ``old``'s last reader in layer order, so no tile of ``new`` is among its own
+    sources."""
+    (old, old_off, old_size), (new, new_off, new_size) = old_at, new_at
+    a_first, a_end = _spans(graph, old, old_size)
+    b_first, b_end = _spans(graph, new, new_size)
     a_first, a_end, b_first, b_end = a_first + old_off, a_end + old_off, b_first + new_off, b_end + new_off
     a0, b0 = int(graph.layer_tile_start[old]), int(graph.layer_tile_start[new])
     for j in range(len(b_first)):

@@ -139,6 +139,17 @@ def _buffers(
     return bases, inputs
 
 
+def layer_itemsizes(gm: torch.fx.GraphModule, graph: TileGraph) -> np.ndarray:
+    """Bytes per element of each layer's output buffer (``_buffers``' types: bool 1, float32 4), what the
+    buffer plan needs to find which floats of a block a tile writes."""
+    nodes = {n.name: n for n in gm.graph.nodes}
+    sizes = []
+    for name in graph.layer_names:
+        node = nodes[str(name)]
+        sizes.append(np.dtype(output_dtype(node, TILE_OPS[op_name(node)].writes)).itemsize)
+    return np.asarray(sizes, dtype=np.int64)
+
+
 def output_layers(gm: torch.fx.GraphModule, graph: TileGraph) -> set[int]:
     """The layers (by index in ``graph``) whose buffers hold the graph's outputs, directly or through
     views: they are read after the run, so their memory is never reused."""

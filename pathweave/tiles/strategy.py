@@ -36,7 +36,7 @@ from pathweave.tiles.islands import Coverage
 from pathweave.tiles.memory import DISTANCE, concat_slots, plan_buffers
 from pathweave.tiles.nodes import plan_nodes
 from pathweave.tiles.ops import require_kernels
-from pathweave.tiles.program import TileProgram, build_program, output_layers
+from pathweave.tiles.program import TileProgram, build_program, layer_itemsizes, output_layers
 from pathweave.tiles.runtime import TileRuntime, gemm_isa
 
 #: the rewrites before a graph is cut into tiles (also those of the tile islands, ``tiles.mixed``)
@@ -107,7 +107,8 @@ class TilesStrategy(Strategy):
         self.buffers = None
         if buffer_distance is not None:
             keep, slots = output_layers(gm, self.graph), concat_slots(gm, self.graph)
-            self.buffers = plan_buffers(self.graph, keep, buffer_distance, slots)
+            itemsizes = layer_itemsizes(gm, self.graph)
+            self.buffers = plan_buffers(self.graph, keep, buffer_distance, slots, itemsizes)
             self.graph = self.buffers.graph
         self.program = self.new_program()
 

@@ -158,3 +158,33 @@ def test_verify_catches_a_layer_outside_its_slot() -> None:
     with pytest.raises(PlanError, match="not inside its slot"):
         replace(plan, offsets=offsets).verify()
     strat.close()
+
+
+class _BoolThenFloat(torch.nn.Module):
+    """A bool layer (the comparison) whose float block a later float layer takes at distance 1."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        w = torch.where(x > 0, x, x * 0.5)
+        return w, torch.tanh(x) * 2.0 + 1.0
+
+
+def test_a_bool_layers_bytes_are_ordered_before_reuse() -> None:
+    """A bool layer writes one byte per value at the start of its float block: the planner must order a
+    later layer's tiles after the bool tiles that write those bytes (it once compared element indices,
+    so tiles of the later layer over the first quarter of the block raced the comparison's last tiles)."""
+    model = _BoolThenFloat().eval()
+    x = torch.randn(1, 32, 5, 16, generator=torch.Generator().manual_seed(0))
+    strat = TilesStrategy(pathweave.capture(model, x), threads=2, work_per_tile=500, buffer_distance=1)
+    plan = strat.buffers
+    assert plan is not None and 1 in plan.itemsizes.tolist()
+    plan.verify()
+    keep = output_layers(strat.gm, plan.source)
+    blind = plan_buffers(plan.source, keep, distance=1, slots=plan.slots)  # every element 4 bytes
+    with pytest.raises(PlanError, match="without waiting"):
+        replace(blind, itemsizes=plan.itemsizes).verify()
+    for seed in range(20):
+        x = torch.randn(1, 32, 5, 16, generator=torch.Generator().manual_seed(seed))
+        with torch.no_grad():
+            for got, want in zip(strat(x), model(x), strict=True):
+                torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    strat.close()
