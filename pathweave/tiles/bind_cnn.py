@@ -552,18 +552,30 @@ def cat_batch_norm(t: LayerRow) -> int:
     return 0
 
 
+def _span(address: int, shape: list[int], strides: list[int]) -> tuple[int, int]:
+    """The bytes from the first to one past the last float32 element of a strided tensor."""
+    steps = [(n - 1) * s for n, s in zip(shape, strides, strict=True)]
+    return address + 4 * sum(min(0, d) for d in steps), address + 4 * sum(max(0, d) for d in steps) + 4
+
+
 def _concatenate(t: LayerRow, stack: bool) -> None:
     """The copies of a concatenation, one record per input, but none for an input already where its copy
     would put it (``memory.concat_slots`` placed its layer there): then the copy would only rewrite the
-    same floats (a plain ``cat``; the fused batch norm changes them)."""
+    same floats (a plain ``cat``; the fused batch norm changes them). An input read from inside the
+    output must not overlap a slot that is copied into (a buffer plan that put a layer at another
+    input's slot): refused, never a copy racing its own source."""
     out = out_shape(t.node)
     nd = len(out)
     if nd > 4:
         raise NoKernel("more than 4 dims")
     dim = t.args["dim"] % nd
     out_strides = [math.prod(out[d + 1 :]) for d in range(nd)]
+    base = int(t.row[S_OUT])
+    whole = (base, base + 4 * math.prod(out))
     in_place = op_name(t.node) == "cat"
     records, offset = [], 0
+    inside: list[tuple[str, tuple[int, int]]] = []  # inputs read from the output's own memory
+    written: list[tuple[int, int]] = []  # the output's bytes the copies write (each slot's bounds)
     for tensor in t.args["tensors"]:
         v = t.view(tensor)
         shape, strides = list(v.shape), list(v.strides)
@@ -571,16 +583,22 @@ def _concatenate(t: LayerRow, stack: bool) -> None:
             shape.insert(dim, 1)
             strides.insert(dim, 0)
         size = shape[dim] if math.prod(shape) else 0
-        there = int(t.row[S_OUT]) + 4 * offset * out_strides[dim]
-        if (
+        there = base + 4 * offset * out_strides[dim]
+        span = _span(v.address, shape, strides) if size else (0, 0)
+        placed = (
             in_place
             and v.address == there
             and all(n == 1 or s == o for n, s, o in zip(shape, strides, out_strides, strict=True))
-        ):
-            size = 0  # written there by its own layer
-        if size:
+        )
+        if size and not placed:
+            if span[0] < whole[1] and whole[0] < span[1]:
+                inside.append((str(tensor), span))
+            written.append(_span(there, shape, out_strides))
             records.append([v.address, offset, size, *pad4(strides, 0)])
-        offset += shape[dim] if math.prod(shape) else 0
+        offset += size
+    for name, (lo, hi) in inside:
+        if any(lo < w_hi and w_lo < hi for w_lo, w_hi in written):
+            raise NoKernel(f"input {name} lies where the concatenation copies another input")
     aux = np.asarray(records, dtype=np.int64).reshape(-1, 7)
     t.keep.append(aux)
     t.row[S_OP], t.row[S_GROUPS], t.row[S_AUX], t.row[S_NAUX] = K_CAT, dim, aux.ctypes.data, len(aux)

@@ -8,22 +8,27 @@ memory an earlier layer held gets an edge from each tile that holds or reads the
 that earlier value (write after read). Those edges go from earlier layers to later ones, so the graph
 stays acyclic, and the runtime then orders each overwrite after the reads it would spoil.
 
-Overlap is judged on each tile's span of the flat buffer (first to last element it holds), which is
-conservative: a tile waits for every reader of anything between its first and last element.
+Overlap is judged on each tile's span of the block (the first to the last float it writes: a bool
+layer's one byte per value lies in a block of as many floats), which is conservative: a tile waits for
+every reader of anything between its first and last float.
 ``distance`` trades memory for freedom: the farther apart the two layers, the more of those edges are
 already implied by the graph.
 
-Concatenations without copies: a layer whose output only goes into a concatenation's slot (``concat_slots``:
+Concatenations without copies: a layer whose output goes into a concatenation's slot (``concat_slots``:
 along a dim with nothing but size-1 dims before it, so the slot is one contiguous run of the
-concatenation's buffer) is placed at that slot, and the concatenation's binder then finds every input
-already where its copy would put it and copies nothing (Inception's and GoogLeNet's branch outputs,
-NASNet's cells). The concatenation and the layers in its slots are one block, taken when the first of
-them is placed and released when the last reader of any of them is ``distance`` layers behind; they share
-memory by design, the only sharing ``verify`` allows between live layers.
+concatenation's buffer; other layers may read it too) is placed at that slot, and the concatenation's
+binder finds that input already where its copy would put it and copies it no more (Inception's and
+GoogLeNet's branch outputs, NASNet's cells); graph inputs, views and a layer already in another slot are
+copied as before. A layer in a slot has no padding after it: the kernels write nothing past a tensor's
+last element (masked or scalar tails), which this relies on. The concatenation and the layers in its
+slots are one block, taken when the first of them is placed and released when the last reader of any of
+them is ``distance`` layers behind; they share memory by design, the only sharing ``verify`` allows
+between live layers.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -35,7 +40,7 @@ from pathweave.tiles.graph import MAX_DIMS, TileGraph
 from pathweave.tiles.maps import bound_args
 from pathweave.tiles.rows import value
 
-#: floats a block is aligned to (64 bytes)
+#: floats a block is aligned to (64 bytes; a layer inside a concatenation's block starts at its slot)
 ALIGN = 16
 #: default layers between a value's last reader and a layer that may reuse its memory
 DISTANCE = 4
@@ -56,10 +61,12 @@ class BufferPlan:
 
     def verify(self, before: TileGraph | None = None, keep: set[int] | None = None) -> None:
         """Raise PlanError unless reuse is safe: two layers share memory only where the earlier one is
-        not kept and all its readers come before the later one in layer order, and every tile that
-        writes over an earlier layer's tile (spans overlapping) descends from that tile and from every
-        tile that reads it in ``before`` (the graph without the added edges; by default the plan's
-        own source and kept layers)."""
+        not kept and all its readers come before the later one in layer order (or the earlier one lies
+        in a slot of the later concatenation, at the offset ``slots`` gives), and every tile that writes
+        over an earlier layer's tile (spans in floats of the block, by ``itemsizes``, overlapping)
+        descends from that tile and from every tile that reads it in ``before`` (the graph without the
+        added edges; by default the plan's own source and kept layers). Whether a slot's offset is the
+        input's place in its concatenation is the binder's check (``bind_cnn._concatenate``)."""
         before = self.source if before is None else before
         keep = set(self.keep) if keep is None else keep
         n = before.num_layers
@@ -130,13 +137,15 @@ def concat_slots(gm: torch.fx.GraphModule, graph: TileGraph) -> dict[int, tuple[
         inner, at = int(np.prod(out[dim + 1 :], dtype=np.int64)), 0
         for tensor in args["tensors"]:
             layer = index.get(tensor.name) if isinstance(tensor, torch.fx.Node) else None
-            size = int(value(tensor).shape[dim]) if isinstance(tensor, torch.fx.Node) else 0
+            shape = tuple(value(tensor).shape) if isinstance(tensor, torch.fx.Node) else ()
+            size = int(shape[dim]) if len(shape) == len(out) and math.prod(shape) else 0  # torch skips (0,)
             if (
                 layer is not None
+                and size
                 and layer < cat
                 and layer not in slots
                 and _is_float32(tensor)
-                and tuple(value(tensor).shape) == (*out[:dim], size, *out[dim + 1 :])
+                and shape == (*out[:dim], size, *out[dim + 1 :])
             ):
                 slots[layer] = (cat, at * inner)
             at += size

@@ -11,8 +11,10 @@ import torch
 import torch.nn.functional as F
 
 import pathweave
-from pathweave.errors import PlanError
-from pathweave.tiles.memory import plan_buffers
+from pathweave.errors import PlanError, UnsupportedError
+from pathweave.tiles import strategy as tiles_strategy
+from pathweave.tiles.abi import S_NAUX
+from pathweave.tiles.memory import concat_slots, plan_buffers
 from pathweave.tiles.program import output_layers
 from pathweave.tiles.strategy import TilesStrategy
 
@@ -105,8 +107,6 @@ class _Concats(torch.nn.Module):
 
 
 def _cat_records(strat: TilesStrategy) -> list[int]:
-    from pathweave.tiles.abi import S_NAUX
-
     layers = [i for i, op in enumerate(strat.graph.layer_ops) if op == "cat"]
     return [int(strat.program.layers[i, S_NAUX]) for i in layers]
 
@@ -126,6 +126,8 @@ def test_concatenations_written_in_place() -> None:
     assert plan is not None and len(plan.slots) == 5  # a, b in inner; inner, relu(d), c in outer
     assert _cat_records(strat) == [0, 0, 4]  # the third copies all four of its inputs
     plan.verify()
+    with pytest.raises(PlanError, match="still read"):
+        replace(plan, slots={}).verify()  # the same memory, the sharing not declared
     for seed in range(20):  # two engines, memory reused at distance 1: a missing edge shows as a wrong value
         x = torch.randn(1, 3, 11, 13, generator=torch.Generator().manual_seed(seed))
         x[0, seed % 3, seed % 11, seed % 13] = (float("nan"), float("inf"), -float("inf"))[seed % 3]
@@ -188,3 +190,45 @@ def test_a_bool_layers_bytes_are_ordered_before_reuse() -> None:
             for got, want in zip(strat(x), model(x), strict=True):
                 torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
     strat.close()
+
+
+class _CatOut(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Conv2d(3, 4, 3, padding=1)
+        self.b = torch.nn.Conv2d(3, 6, 1)
+        self.c = torch.nn.Conv2d(10, 5, 1)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        a, b = torch.relu(self.a(x)), self.b(x)
+        both = torch.cat([a, b], 1)
+        return both, a, torch.relu(self.c(both)) + 1.0  # the block holds two outputs: never reused
+
+
+def test_a_concatenation_and_its_slot_layers_as_outputs(outputs_close) -> None:
+    torch.manual_seed(0)
+    model = _CatOut().eval()
+    x = torch.randn(1, 3, 9, 7)
+    strat = TilesStrategy(pathweave.capture(model, x), threads=2, work_per_tile=500, buffer_distance=1)
+    plan = strat.buffers
+    assert plan is not None and len(plan.slots) == 2 and _cat_records(strat) == [0]
+    for seed in range(10):
+        x = torch.randn(1, 3, 9, 7, generator=torch.Generator().manual_seed(seed))
+        with torch.no_grad():
+            outputs_close(strat(x), model(x), rtol=1e-4, atol_scale=1e-5)
+    strat.close()
+
+
+def test_a_layer_at_the_wrong_slot_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plan that put a layer at another input's slot would make the concatenation copy over it: the
+    binder refuses the layer instead of running that copy."""
+
+    def swapped(gm: torch.fx.GraphModule, graph: object) -> dict[int, tuple[int, int]]:
+        slots = concat_slots(gm, graph)  # type: ignore[arg-type]
+        (a, (cat, _)), (b, (_, at_b)) = list(slots.items())[:2]
+        return {a: (cat, at_b)}  # a at b's slot; b copied there too
+
+    monkeypatch.setattr(tiles_strategy, "concat_slots", swapped)
+    x = torch.randn(1, 3, 9, 7)
+    with pytest.raises(UnsupportedError, match="copies another input"):
+        TilesStrategy(pathweave.capture(_CatOut().eval(), x), threads=1, buffer_distance=1)
