@@ -134,7 +134,7 @@ def concat_slots(gm: torch.fx.GraphModule, graph: TileGraph) -> dict[int, tuple[
         dim = int(args.get("dim", 0)) % len(out)
         if any(d != 1 for d in out[:dim]):
             continue
-        inner, at = int(np.prod(out[dim + 1 :], dtype=np.int64)), 0
+        inner, at = math.prod(out[dim + 1 :]), 0
         for tensor in args["tensors"]:
             layer = index.get(tensor.name) if isinstance(tensor, torch.fx.Node) else None
             shape = tuple(value(tensor).shape) if isinstance(tensor, torch.fx.Node) else ()

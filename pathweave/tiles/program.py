@@ -130,7 +130,7 @@ def _buffers(
         arena = np.zeros(end, dtype=np.float32)
     for i, name in enumerate(graph.layer_names):
         node = nodes[str(name)]
-        dtype = output_dtype(node, TILE_OPS[op_name(node)].writes)
+        dtype = _layer_dtype(node)
         if arena is None:
             bases[node] = np.zeros(out_shape(node), dtype=dtype)
         else:  # a block of sizes[i] floats holds as many values of a narrower type (bool: a quarter used)
@@ -139,14 +139,16 @@ def _buffers(
     return bases, inputs
 
 
+def _layer_dtype(node: torch.fx.Node) -> type:
+    """The numpy type of a layer's output buffer: one its kernel writes (``TileOp.writes``)."""
+    return output_dtype(node, TILE_OPS[op_name(node)].writes)
+
+
 def layer_itemsizes(gm: torch.fx.GraphModule, graph: TileGraph) -> np.ndarray:
     """Bytes per element of each layer's output buffer (``_buffers``' types: bool 1, float32 4), what the
     buffer plan needs to find which floats of a block a tile writes."""
     nodes = {n.name: n for n in gm.graph.nodes}
-    sizes = []
-    for name in graph.layer_names:
-        node = nodes[str(name)]
-        sizes.append(np.dtype(output_dtype(node, TILE_OPS[op_name(node)].writes)).itemsize)
+    sizes = [np.dtype(_layer_dtype(nodes[str(name)])).itemsize for name in graph.layer_names]
     return np.asarray(sizes, dtype=np.int64)
 
 
