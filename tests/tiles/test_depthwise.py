@@ -35,6 +35,8 @@ CASES = [
     (3, 17, 17, 5, 2, 4, 2, 1, "none"),
     (3, 5, 17, 3, 3, 0, 1, 1, "none"),
     (17, 1, 5, 3, 2, 1, 1, 1, "relu6"),
+    (5, 16, 16, 3, 2, 1, 1, 1, "relu"),  # rows of whole vectors at both widths: no masked tail
+    (5, 8, 8, 3, 1, 1, 1, 1, "none"),
 ]
 
 

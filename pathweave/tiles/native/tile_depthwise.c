@@ -20,6 +20,11 @@
 
 /* output rows per block (independent accumulators) */
 #define PW_DW_ROWS 8
+/* floats ahead of the input row being copied that its copy prefetches (the next rows of the channel) */
+#define PW_DW_AHEAD 128
+/* 0: the copy takes every vector of a row with a masked load, as it did (A/B in one process: MobileNetV2
+ * 1.036x slower on 1 worker, 1.049x on 2, AVX2 Zen 3) */
+int pw_dw_plain = 1;
 
 
 /* the geometry of one tile's padded copy */
@@ -237,7 +242,14 @@ PW_VT static void PW_V(copy_rows)(const int64_t *L, const float *xc, const dw_ge
         }
         for (int64_t q = 0; q < pw; q += PW_VW) VSTORE(p + q, VZERO());
         const float *xr = xc + ih * W;
-        for (int64_t c = 0; c < W; c += PW_VW) {
+        int64_t c = 0;
+        /* whole vectors with plain loads, prefetching the rows ahead; the masked load (vmaskmovps at AVX2)
+         * on every vector held the copy at a third of the depthwise layers' kernel time */
+        for (; pw_dw_plain && c + PW_VW <= W; c += PW_VW) {
+            _mm_prefetch((const char *)(xr + c + PW_DW_AHEAD), _MM_HINT_T0);
+            VSTORE(p + pw + c, VLOAD(xr + c));
+        }
+        for (; c < W; c += PW_VW) {
             const vmask m = VMASK_N(W - c);
             VSTORE_M(p + pw + c, m, VLOADZ_M(m, xr + c));
         }
