@@ -1,6 +1,7 @@
 """Depthwise convolution tiles (native/tile_depthwise.c) against eager at every instruction set level this
 CPU runs: 3x3, 5x5 and 7x7 windows, strides 1, 2 and 3, dilation 2, padding 0 to 4, a channel multiplier
-of 2, channels 1, 3, 17, 33 and maps of 1, 5, 17 (and 33 wide: vector tails of both widths), the
+of 2, channels 1, 3, 17, 33 and maps of 1, 5, 17 (and 33 wide: vector tails of both widths), small maps
+on the flat path (stride 1, at most 16 wide: a NaN in a row's last column unseen by the next row's first), the
 epilogue's bias, activations and a residual, NaN and +-inf propagating as eager's; the layers split into
 channel tiles that two workers share."""
 
@@ -37,6 +38,13 @@ CASES = [
     (17, 1, 5, 3, 2, 1, 1, 1, "relu6"),
     (5, 16, 16, 3, 2, 1, 1, 1, "relu"),  # rows of whole vectors at both widths: no masked tail
     (5, 8, 8, 3, 1, 1, 1, 1, "none"),
+    # maps at most 16 wide, stride 1, as wide as their input: the flat path (PW_DW_FLAT_MAX)
+    (7, 7, 7, 3, 1, 1, 1, 1, "relu6"),
+    (9, 14, 14, 5, 1, 2, 1, 1, "silu"),
+    (4, 16, 16, 3, 1, 1, 1, 2, "relu"),
+    (3, 6, 11, 3, 1, 1, 1, 1, "none"),
+    (5, 3, 2, 5, 1, 2, 1, 1, "none"),
+    (3, 9, 13, 5, 1, 2, 1, 1, "hardswish"),
 ]
 
 
@@ -94,9 +102,10 @@ def test_depthwise_matches_eager(level: str, case: tuple, outputs_close) -> None
 
 
 @pytest.mark.parametrize("act", ["none", "relu6", "silu"])
-def test_depthwise_with_a_residual(level: str, act: str, outputs_close) -> None:  # noqa: ANN001
+@pytest.mark.parametrize("size", [(17, 33), (7, 9)], ids=["padded", "flat"])
+def test_depthwise_with_a_residual(level: str, act: str, size: tuple[int, int], outputs_close) -> None:  # noqa: ANN001
     net = _Depthwise(17, 3, 1, 1, 1, 1, act, residual=True).eval()
-    _check(net, (1, 17, 17, 33), outputs_close)
+    _check(net, (1, 17, *size), outputs_close)
 
 
 def test_depthwise_layers_split_channels_for_two_workers() -> None:
