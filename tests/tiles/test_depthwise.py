@@ -1,7 +1,7 @@
 """Depthwise convolution tiles (native/tile_depthwise.c) against eager at every instruction set level this
 CPU runs: 3x3, 5x5 and 7x7 windows, strides 1, 2 and 3, dilation 2, padding 0 to 4, a channel multiplier
 of 2, channels 1, 3, 17, 33 and maps of 1, 5, 17 (and 33 wide: vector tails of both widths), small maps
-on the flat path (stride 1, at most 16 wide: a NaN in a row's last column unseen by the next row's first), the
+on the flat path (stride 1, at most 16 wide, 32 for 3x3: a NaN in a row's last column unseen by the next row's first), the
 epilogue's bias, activations and a residual, NaN and +-inf propagating as eager's; the layers split into
 channel tiles that two workers share."""
 
@@ -45,6 +45,9 @@ CASES = [
     (3, 6, 11, 3, 1, 1, 1, 1, "none"),
     (5, 3, 2, 5, 1, 2, 1, 1, "none"),
     (3, 9, 13, 5, 1, 2, 1, 1, "hardswish"),
+    (5, 11, 28, 3, 1, 1, 1, 1, "relu6"),  # 3x3 up to 32 wide: masks repeat every 7 vectors
+    (3, 5, 30, 3, 1, 1, 1, 1, "none"),
+    (3, 4, 20, 5, 1, 2, 1, 1, "none"),  # 5x5 over 20: the padded copy
 ]
 
 

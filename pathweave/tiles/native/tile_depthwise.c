@@ -25,16 +25,22 @@
 /* 0: the copy takes every vector of a row with a masked load, as it did (A/B in one process: MobileNetV2
  * 1.036x slower on 1 worker, 1.049x on 2, AVX2 Zen 3) */
 int pw_dw_plain = 1;
-/* Maps at most PW_DW_FLAT_MAX wide, stride 1, no dilation, as wide as their input (2 pw = kw - 1): each
- * channel's rows as one flat run (PW_V(channels_flat)); 0 in pw_dw_flat: the padded copy's path (A/B) */
-#define PW_DW_FLAT_MAX 16
-/* and windows at most this wide: a 7x7 window over 16x16 maps ran 0.84x as fast flat (6 of its 7 columns
- * masked); 3x3 over 14x14 and 7x7 maps 1.42x and 2.06x, 5x5 over 14x14 and 7x7 1.11x and 1.44x (alone,
- * one worker, AVX2 Zen 3) */
+/* Maps at most 16 wide with windows up to PW_DW_FLAT_KW, and up to PW_DW_FLAT_MAX wide with 3-wide ones;
+ * stride 1, no dilation, as wide as their input (2 pw = kw - 1): each channel's rows as one flat run
+ * (PW_V(channels_flat)); 0 in pw_dw_flat: the padded copy's path (A/B). Alone, one worker, AVX2 Zen 3,
+ * flat against padded: 3x3 over 7x7, 14x14, 28x28 maps 2.1x, 1.4x, 1.1x, over 56x56 0.83x; 5x5 over 7x7,
+ * 14x14, 28x28 1.44x, 1.1x, 0.96x; a 7x7 window over 16x16 0.84x (6 of its 7 columns masked) */
+#define PW_DW_FLAT_MAX 32
 #define PW_DW_FLAT_KW 5
 int pw_dw_flat = 1;
 
-
+static inline int64_t gcd64(int64_t a, int64_t b) {
+    while (b) {
+        const int64_t t = a % b;
+        a = b, b = t;
+    }
+    return a;
+}
 
 /* the geometry of one tile's padded copy */
 typedef struct {
@@ -129,8 +135,8 @@ static void copy_generic(const int64_t *L, const float *xc, const dw_geom *g, fl
 static int flat_fits(const int64_t *L, int64_t oh0, int64_t oh1) {
     const int64_t W = L[S_XSHAPE + 3], kw = L[S_KW];
     return pw_dw_flat && pw_vec_width() && L[S_SH] == 1 && L[S_SW] == 1 && L[S_DH] == 1 && L[S_DW] == 1 &&
-           W <= PW_DW_FLAT_MAX && 2 * L[S_PW] == kw - 1 && L[S_OSHAPE + 3] == W && kw <= PW_DW_FLAT_KW &&
-           (oh1 - oh0) * W <= PW_DW_FLAT_MAX * PW_DW_FLAT_MAX;
+           W <= PW_DW_FLAT_MAX && (W <= 16 || kw <= 3) && 2 * L[S_PW] == kw - 1 && L[S_OSHAPE + 3] == W && kw <= PW_DW_FLAT_KW &&
+           oh1 > oh0;
 }
 
 /* the kernels of the level the matrix kernels run (PATHWEAVE_ISA may lower it) */
@@ -341,15 +347,16 @@ PW_VT static void PW_V(plane)(const int64_t *L, const float *copy, const dw_geom
 #else
 #define PW_DW_AND(a, m) _mm256_and_ps(a, m)
 #endif
-#define PW_DW_FLAT_VECS (PW_DW_FLAT_MAX * PW_DW_FLAT_MAX / PW_VW)
 
 /* vectors of outputs from..from + nv of the flat run (nv constant in each call: its accumulators in
  * registers), every tap a load at its offset, the columns it must not see (another row's, the padding's)
  * zeroed by its mask */
 PW_VTI void PW_V(flat_block)(const float *src, int64_t W, int64_t kh, int64_t kw, int64_t pw, const float *wc,
-                             float b, const vf (*mask)[7], int64_t from, const int nv, int64_t P, const float *rc,
-                             float *oc, int act) {
+                             float b, const vf (*masks)[PW_DW_FLAT_KW], int64_t period, int64_t from, const int nv,
+                             int64_t P, const float *rc, float *oc, int act) {
     vf acc[4];
+    const vf *mask[4]; /* the masks repeat every period vectors: (q + lane) % W */
+    for (int v = 0; v < nv; v++) mask[v] = masks[(from + v) % period];
     for (int v = 0; v < nv; v++) acc[v] = VSET1(b);
     for (int64_t i = 0; i < kh; i++)
         for (int64_t j = 0; j < kw; j++) {
@@ -357,7 +364,7 @@ PW_VTI void PW_V(flat_block)(const float *src, int64_t W, int64_t kh, int64_t kw
             const float *s = src + (from * PW_VW) + i * W + j - pw;
             for (int v = 0; v < nv; v++) {
                 vf x = VLOAD(s + v * PW_VW);
-                if (j != pw) x = PW_DW_AND(x, mask[from + v][j]);
+                if (j != pw) x = PW_DW_AND(x, mask[v][j]);
                 acc[v] = VFMA(x, wt, acc[v]);
             }
         }
@@ -392,8 +399,9 @@ PW_VT static void PW_V(channels_flat)(const int64_t *L, int64_t n, int64_t o0, i
     /* the margins and the rows outside the input stay zero for every channel: zeroed once */
     memset(work, 0, sizeof(float) * (front + rows * W + pw + 2 * PW_VW));
     float *src = work + front;
-    vf mask[PW_DW_FLAT_VECS][7];
-    for (int64_t v = 0; v < nvec; v++)
+    const int64_t period = W / gcd64(W, PW_VW); /* vectors after which the columns repeat */
+    vf mask[PW_DW_FLAT_MAX][PW_DW_FLAT_KW];
+    for (int64_t v = 0; v < period; v++)
         for (int64_t j = 0; j < kw; j++) {
             float lanes[PW_VW];
             for (int l = 0; l < PW_VW; l++) {
@@ -411,13 +419,12 @@ PW_VT static void PW_V(channels_flat)(const int64_t *L, int64_t n, int64_t o0, i
         const float *rc = res ? res + (o - o0) * cstride : NULL, *wc = w + o * kh * kw;
         const float b = bias ? bias[o] : 0.0f;
         int64_t v = 0;
-        for (; v + 4 <= nvec; v += 4) PW_V(flat_block)(src, W, kh, kw, pw, wc, b, mask, v, 4, P, rc, oc, (int)act);
-        if (nvec - v == 3) PW_V(flat_block)(src, W, kh, kw, pw, wc, b, mask, v, 3, P, rc, oc, (int)act);
-        if (nvec - v == 2) PW_V(flat_block)(src, W, kh, kw, pw, wc, b, mask, v, 2, P, rc, oc, (int)act);
-        if (nvec - v == 1) PW_V(flat_block)(src, W, kh, kw, pw, wc, b, mask, v, 1, P, rc, oc, (int)act);
+        for (; v + 4 <= nvec; v += 4) PW_V(flat_block)(src, W, kh, kw, pw, wc, b, mask, period, v, 4, P, rc, oc, (int)act);
+        if (nvec - v == 3) PW_V(flat_block)(src, W, kh, kw, pw, wc, b, mask, period, v, 3, P, rc, oc, (int)act);
+        if (nvec - v == 2) PW_V(flat_block)(src, W, kh, kw, pw, wc, b, mask, period, v, 2, P, rc, oc, (int)act);
+        if (nvec - v == 1) PW_V(flat_block)(src, W, kh, kw, pw, wc, b, mask, period, v, 1, P, rc, oc, (int)act);
         if (act != PW_ACT_NONE && act != PW_ACT_RELU && act != PW_ACT_RELU6) pw_activate(oc, P, (int)act);
     }
 }
 #undef PW_DW_AND
-#undef PW_DW_FLAT_VECS
 #endif /* PW_VW */
