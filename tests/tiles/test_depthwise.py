@@ -1,9 +1,9 @@
 """Depthwise convolution tiles (native/tile_depthwise.c) against eager at every instruction set level this
 CPU runs: 3x3, 5x5 and 7x7 windows, strides 1, 2 and 3, dilation 2, padding 0 to 4, a channel multiplier
 of 2, channels 1, 3, 17, 33 and maps of 1, 5, 17 (and 33 wide: vector tails of both widths), small maps
-on the flat path (stride 1, at most 16 wide, 32 for 3x3: a NaN in a row's last column unseen by the next row's first), the
-epilogue's bias, activations and a residual, NaN and +-inf propagating as eager's; the layers split into
-channel tiles that two workers share."""
+on the flat path (stride 1, at most 16 wide, 32 for 3x3: a NaN in a row's last column unseen by the next
+row's first), the epilogue's bias, activations and a residual, NaN and +-inf propagating as eager's; the
+layers split into channel tiles that two workers share."""
 
 from __future__ import annotations
 
