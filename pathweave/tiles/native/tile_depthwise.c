@@ -34,6 +34,11 @@ int pw_dw_plain = 1;
 #define PW_DW_FLAT_KW 5
 int pw_dw_flat = 1;
 
+/* the activations the kernels apply in their store (PW_V(clamp)); the others run over the rows after */
+static inline int in_store(int64_t act) {
+    return act == PW_ACT_NONE || act == PW_ACT_RELU || act == PW_ACT_RELU6;
+}
+
 static inline int64_t gcd64(int64_t a, int64_t b) {
     while (b) {
         const int64_t t = a % b;
@@ -135,8 +140,8 @@ static void copy_generic(const int64_t *L, const float *xc, const dw_geom *g, fl
 static int flat_fits(const int64_t *L, int64_t oh0, int64_t oh1) {
     const int64_t W = L[S_XSHAPE + 3], kw = L[S_KW];
     return pw_dw_flat && pw_vec_width() && L[S_SH] == 1 && L[S_SW] == 1 && L[S_DH] == 1 && L[S_DW] == 1 &&
-           W <= PW_DW_FLAT_MAX && (W <= 16 || kw <= 3) && 2 * L[S_PW] == kw - 1 && L[S_OSHAPE + 3] == W && kw <= PW_DW_FLAT_KW &&
-           oh1 > oh0;
+           kw <= PW_DW_FLAT_KW && 2 * L[S_PW] == kw - 1 && L[S_OSHAPE + 3] == W && W <= PW_DW_FLAT_MAX &&
+           (W <= 16 || kw <= 3) && oh1 > oh0;
 }
 
 /* the kernels of the level the matrix kernels run (PATHWEAVE_ISA may lower it) */
@@ -177,8 +182,7 @@ static void channels(const int64_t *L, int64_t n, int64_t o0, int64_t o1, int64_
         float *oc = out + (o - o0) * cstride;
         plane(L, copy, &g, off, w + o * taps, bias ? bias[o] : 0.0f, res ? res + (o - o0) * cstride : NULL, oc,
               oh0, oh1);
-        if (act != PW_ACT_NONE && act != PW_ACT_RELU && act != PW_ACT_RELU6)
-            pw_activate(oc, (oh1 - oh0) * OW, (int)act);
+        if (!in_store(act)) pw_activate(oc, (oh1 - oh0) * OW, (int)act);
     }
 }
 
@@ -286,6 +290,14 @@ PW_VT static void PW_V(copy_rows)(const int64_t *L, const float *xc, const dw_ge
     }
 }
 
+/* the activations applied in the store: ReLU, and ReLU6 as min(max(0, v), 6) with min(v, 6) as
+ * -max(-6, -v); NaN kept by both */
+PW_VTI vf PW_V(clamp)(vf v, int act) {
+    if (act == PW_ACT_RELU || act == PW_ACT_RELU6) v = PW_V(vmax_nan)(VZERO(), v);
+    if (act == PW_ACT_RELU6) v = VSUB(VZERO(), PW_V(vmax_nan)(VSET1(-6.0f), VSUB(VZERO(), v)));
+    return v;
+}
+
 /* R output rows (from oh) by PW_VW columns (from ow): one accumulator per row over every tap */
 PW_VTI void PW_V(block)(const float *src, int64_t rstep, const int64_t *off, int64_t taps, const float *wc,
                         float b, const float *rc, float *oc, int64_t OW, int64_t ow, vmask m, int act,
@@ -300,10 +312,7 @@ PW_VTI void PW_V(block)(const float *src, int64_t rstep, const int64_t *off, int
     for (int r = 0; r < R; r++) {
         vf v = acc[r];
         if (rc) v = VADD(v, VLOADZ_M(m, rc + r * OW + ow));
-        if (act == PW_ACT_RELU || act == PW_ACT_RELU6) v = PW_V(vmax_nan)(VZERO(), v); /* NaN stays */
-        if (act == PW_ACT_RELU6) /* min(v, 6) as -max(-6, -v), NaN kept */
-            v = VSUB(VZERO(), PW_V(vmax_nan)(VSET1(-6.0f), VSUB(VZERO(), v)));
-        VSTORE_M(oc + r * OW + ow, m, v);
+        VSTORE_M(oc + r * OW + ow, m, PW_V(clamp)(v, act));
     }
 }
 
@@ -373,8 +382,7 @@ PW_VTI void PW_V(flat_block)(const float *src, int64_t W, int64_t kh, int64_t kw
         const vmask m = VMASK_N(left < PW_VW ? left : PW_VW);
         vf x = acc[v];
         if (rc) x = VADD(x, left >= PW_VW ? VLOAD(rc + q) : VLOADZ_M(m, rc + q));
-        if (act == PW_ACT_RELU || act == PW_ACT_RELU6) x = PW_V(vmax_nan)(VZERO(), x); /* NaN stays */
-        if (act == PW_ACT_RELU6) x = VSUB(VZERO(), PW_V(vmax_nan)(VSET1(-6.0f), VSUB(VZERO(), x)));
+        x = PW_V(clamp)(x, act);
         if (left >= PW_VW)
             VSTORE(oc + q, x);
         else
@@ -423,7 +431,7 @@ PW_VT static void PW_V(channels_flat)(const int64_t *L, int64_t n, int64_t o0, i
         if (nvec - v == 3) PW_V(flat_block)(src, W, kh, kw, pw, wc, b, mask, period, v, 3, P, rc, oc, (int)act);
         if (nvec - v == 2) PW_V(flat_block)(src, W, kh, kw, pw, wc, b, mask, period, v, 2, P, rc, oc, (int)act);
         if (nvec - v == 1) PW_V(flat_block)(src, W, kh, kw, pw, wc, b, mask, period, v, 1, P, rc, oc, (int)act);
-        if (act != PW_ACT_NONE && act != PW_ACT_RELU && act != PW_ACT_RELU6) pw_activate(oc, P, (int)act);
+        if (!in_store(act)) pw_activate(oc, P, (int)act);
     }
 }
 #undef PW_DW_AND
