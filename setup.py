@@ -14,6 +14,7 @@ setup(
                 "pathweave/tiles/native/tile_kernels.c",
                 "pathweave/tiles/native/tile_gemm.c",
                 "pathweave/tiles/native/tile_gemm_t.c",
+                "pathweave/tiles/native/tile_gemm_b.c",
                 "pathweave/tiles/native/tile_pool_s1.c",
                 "pathweave/tiles/native/tile_depthwise.c",
                 "pathweave/tiles/native/tile_pool_s2.c",

@@ -17,6 +17,8 @@ MAX_COLUMNS = 64  # PW_MAX_COLS
 PANEL_ROWS, PANEL_ROWS_T = 8, 16
 #: entries after the row offsets of a padded convolution
 KOFF_PAD = 8
+#: which operands of a 1x1 layer on channel-blocked activations are blocked (slot S_LAYOUT, tile_gemm_b.c)
+BLK_IN, BLK_OUT, BLK_RES = 1, 2, 4
 
 # ---- tile_kernels.h: a layer's row -------------------------------------------------------------------------
 SLOTS = 48
@@ -34,7 +36,7 @@ K_DEPTHWISE, K_DWPW = 50, 51
 #: floats after each phase row of its padded copy (PW_DW_SLACK)
 DW_SLACK = 16
 #: how a convolution uses its packed weights (slot S_WPACK_T)
-PACK_PANELS, PACK_TRANSPOSED, PACK_PADDED, PACK_WINOGRAD = range(4)
+PACK_PANELS, PACK_TRANSPOSED, PACK_PADDED, PACK_WINOGRAD, PACK_BLOCKED = range(5)
 #: epilogue activations (slot S_ACT); ACT_GELU_TANH is tile_kernels_seq.h's; from ACT_SILU on tile_act.c's
 ACT_NONE, ACT_RELU, ACT_GELU, ACT_TANH, ACT_GELU_TANH, ACT_SIGMOID = range(6)
 ACT_SILU, ACT_HARDSWISH, ACT_HARDSIGMOID, ACT_RELU6 = range(6, 10)
@@ -49,7 +51,7 @@ ACT_SQUARE, ACT_ERF, ACT_SIN, ACT_COS, ACT_SIGN = range(21, 26)
 BIN_NONE, BIN_ADD, BIN_SUB, BIN_MUL, BIN_DIV, BIN_RSUB, BIN_MAX, BIN_MIN = range(8)
 #: slots
 S_OP, S_ACT, S_OUT, S_X, S_Y, S_W, S_BIAS, S_SCALAR = range(8)
-S_OSHAPE, S_XSTRIDE, S_XSHAPE, S_YSTRIDE, S_BINOP, S_ALPHA = 8, 12, 16, 20, 24, 25
+S_OSHAPE, S_XSTRIDE, S_XSHAPE, S_YSTRIDE, S_BINOP, S_ALPHA, S_LAYOUT = 8, 12, 16, 20, 24, 25, 26
 S_KH, S_KW, S_SH, S_SW, S_PH, S_PW, S_DH, S_DW, S_GROUPS = range(28, 37)
 S_POINTWISE, S_COUNT_PAD, S_DIVISOR, S_AUX, S_NAUX = 37, 38, 39, 40, 41
 S_WPACK, S_WPACK_T, S_ACT_P, S_PROFILE = 42, 43, 44, 47
@@ -72,7 +74,8 @@ GEMM_ROWS, GEMM_TRANS, GEMM_PACK = range(3)
 
 # ---- the same codes by the names the graph uses ------------------------------------------------------------
 #: a convolution's layout (``conv_layout``) -> its packing
-PACKS = {None: PACK_PANELS, "narrow": PACK_TRANSPOSED, "padded": PACK_PADDED, "winograd": PACK_WINOGRAD}
+PACKS = {None: PACK_PANELS, "narrow": PACK_TRANSPOSED, "padded": PACK_PADDED, "winograd": PACK_WINOGRAD,
+         "blocked": PACK_BLOCKED}  # fmt: skip
 #: the activations every kernel with an epilogue applies (conv, linear, batch norm, cat, element-wise)
 ACTS = {
     "none": ACT_NONE,

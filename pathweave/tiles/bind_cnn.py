@@ -27,6 +27,7 @@ from pathweave.tiles.abi import (
     ACT_SQUARE,
     ACTS,
     BINOPS,
+    BLK_IN,
     DW_SLACK,
     K_ADAPTIVE,
     K_AFFINE,
@@ -44,6 +45,7 @@ from pathweave.tiles.abi import (
     K_SHUFFLE,
     KOFF_PAD,
     MATHS,
+    PACK_BLOCKED,
     PACKS,
     PANEL_ROWS,
     PANEL_ROWS_T,
@@ -59,6 +61,7 @@ from pathweave.tiles.abi import (
     S_DW,
     S_GROUPS,
     S_KH,
+    S_LAYOUT,
     S_NAUX,
     S_OP,
     S_OSHAPE,
@@ -79,6 +82,7 @@ from pathweave.tiles.abi import (
     S_YSTRIDE,
     SLOTS,
 )
+from pathweave.tiles.blocked import channel_ranges, layout_bits
 from pathweave.tiles.conv_layout import NARROW_MAX_POSITIONS, conv_layout, is_depthwise
 from pathweave.tiles.maps import as_ints
 from pathweave.tiles.resize import kernel_tables, resize_of
@@ -92,7 +96,7 @@ from pathweave.tiles.rows import (
     packed_once,
     pad4,
 )
-from pathweave.tiles.runtime import dwpw_scratch, winograd_scratch
+from pathweave.tiles.runtime import blocked_floats, dwpw_scratch, winograd_scratch
 
 #: the element-wise kernel's activations by op name (those without parameters, which epilogues apply too)
 UNARY = {
@@ -157,6 +161,9 @@ def conv(t: LayerRow) -> int:
         raise NoKernel("tiles must span whole output rows")
     if is_depthwise(node):
         return _depthwise(t, x)
+    bits = layout_bits(node, t.blocked) if t.blocked else 0
+    if bits:  # a 1x1 layer next to channel-blocked activations (tiles/blocked.py)
+        return _blocked(t, w, x, bits)
     # narrow tiles and padded inputs take the transposed micro-kernel, 3x3 layers Winograd's, at every
     # instruction set level (the C picks each kernel's width at run time); they need the weights in panels
     # of the transposed kernel's height
@@ -176,6 +183,33 @@ def conv(t: LayerRow) -> int:
     # takes this decision from the row, so the scratch sized here always fits what it does
     row[S_POINTWISE] = kh == kw == 1 and (sh, sw, ph, pw) == (1, 1, 0, 0) and out[2:] == x.shape[2:]
     return _conv_scratch(t, x, layout, k=x.shape[1] // int(args["groups"]) * kh * kw)
+
+
+def _blocked(t: LayerRow, w: View, x: View, bits: int) -> int:
+    """A 1x1 layer on ``native/tile_gemm_b.c``: its weights packed per channel range of its tiles in
+    groups of 24 rows ([K8][24], the last group 8 or 16 wide, K padded with zeros to a multiple of 8; a
+    range starting at channel o at o * K8), S_LAYOUT's bits; the scratch of an NCHW input's blocked copy."""
+    ranges = channel_ranges(t.graph, t.index)
+    if ranges is None:  # blocked_values took only layers with such ranges
+        raise NoKernel("channel tiles of a blocked 1x1 layer must split its channels into ranges of 8")
+    packed = packed_once(
+        t.args["weight"], ("blocked", tuple(ranges)), lambda: _pack_blocked(w.array(), ranges)
+    )
+    t.keep.append(packed)
+    row = t.row
+    row[S_WPACK], row[S_WPACK_T], row[S_LAYOUT], row[S_POINTWISE] = packed.ctypes.data, PACK_BLOCKED, bits, 1
+    if bits & BLK_IN:
+        return 0
+    return blocked_floats(x.shape[1], t.graph.largest_extent(t.index, 2) * out_shape(t.node)[3])
+
+
+def _pack_blocked(w: np.ndarray, ranges: list[tuple[int, int]]) -> np.ndarray:
+    o, k = w.shape[0], int(np.prod(w.shape[1:]))
+    k8 = -(-k // 8) * 8
+    flat = np.zeros((o, k8), dtype=np.float32)
+    flat[:, :k] = w.reshape(o, k)
+    pieces = [flat[g : min(g + 24, b)].T.ravel() for a, b in ranges for g in range(a, b, 24)]
+    return np.ascontiguousarray(np.concatenate(pieces))
 
 
 def _depthwise(t: LayerRow, x: View) -> int:

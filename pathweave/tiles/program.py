@@ -33,6 +33,7 @@ from pathweave.tiles.abi import (
     S_XSHAPE,
     SLOTS,
 )
+from pathweave.tiles.blocked import blocked_values
 from pathweave.tiles.conv_layout import WINOGRAD_MIN_CHANNELS
 from pathweave.tiles.graph import TileGraph
 from pathweave.tiles.maps import NodeMaps, bound_args
@@ -48,6 +49,7 @@ from pathweave.tiles.rows import (
     pad4,
     resolve,
 )
+from pathweave.tiles.runtime import gemm_isa
 
 
 @dataclass
@@ -83,11 +85,14 @@ def build_program(
         return v
 
     rows = np.zeros((graph.num_layers, SLOTS), dtype=np.int64)
+    blocked = blocked_values(gm, graph, gemm_isa())
     failed: dict[str, str] = {}
     scratch = 0
     for i, name in enumerate(graph.layer_names):
         node = nodes[str(name)]
-        layer = LayerRow(node, bound_args(node), rows[i], view, graph, i, keep, winograd_min_channels)
+        layer = LayerRow(
+            node, bound_args(node), rows[i], view, graph, i, keep, winograd_min_channels, blocked
+        )
         layer.row[S_OUT] = bases[node].ctypes.data
         layer.row[S_OSHAPE : S_OSHAPE + 4] = pad4(out_shape(node), 1)
         try:
@@ -169,12 +174,13 @@ def output_layers(gm: torch.fx.GraphModule, graph: TileGraph) -> set[int]:
 
 #: what ``kernel_names`` calls each convolution path (PACKS' layouts by value)
 CONV_KERNELS = {PACKS[None]: "direct", PACKS["narrow"]: "narrow", PACKS["padded"]: "padded",
-                PACKS["winograd"]: "winograd"}  # fmt: skip
+                PACKS["winograd"]: "winograd", PACKS["blocked"]: "1x1 blocked"}  # fmt: skip
 
 
 def kernel_names(layers: np.ndarray) -> list[str]:
     """Which path each convolution row of a program takes ("winograd", "padded", "narrow", "direct" on the
-    packed micro-kernels, "1x1" on the input as it lies, "depthwise",
+    packed micro-kernels, "1x1" on the input as it lies, "1x1 blocked" next to channel-blocked activations
+    (``tiles/blocked.py``), "depthwise",
     "depthwise+1x1" (``fuse_depthwise``), "sgemm"); "" for other layers."""
     names = []
     for row in layers:

@@ -57,8 +57,8 @@ ViewOf = Callable[..., View]
 class LayerRow:
     """One layer as its binder sees it: the node and its arguments by schema name, the int64 row to fill
     (``S_OUT`` and ``S_OSHAPE`` set already), ``view`` to find a tensor argument, the tile graph and the
-    layer's index in it (tile extents size the scratch), ``keep`` for arrays the C side reads, and the
-    strategy's Winograd threshold (``conv_layout``)."""
+    layer's index in it (tile extents size the scratch), ``keep`` for arrays the C side reads, the
+    strategy's Winograd threshold (``conv_layout``) and the layers whose outputs are channel-blocked."""
 
     node: torch.fx.Node
     args: dict[str, Any]
@@ -68,6 +68,7 @@ class LayerRow:
     index: int
     keep: list[np.ndarray]
     winograd_min_channels: int
+    blocked: frozenset[str] = frozenset()  # the layers whose outputs are channel-blocked (tiles/blocked.py)
 
 
 #: fills a layer's row; returns the scratch floats one of its tiles needs, or raises NoKernel

@@ -409,6 +409,15 @@ def winograd_scratch(channels_in: int, rows: int, channels_out: int, width: int)
     return int(fn(channels_in, rows, channels_out, width))
 
 
+def blocked_floats(k: int, positions: int) -> int:
+    """Floats of a 1x1 tile's channel-blocked copy of an NCHW input (``native/tile_gemm_b.c``): ``k``
+    channels by ``positions`` positions, rounded up to the kernel's blocks of 8 and 4."""
+    fn = _library().pw_blocked_scratch
+    fn.restype = ctypes.c_int64
+    fn.argtypes = [ctypes.c_int64] * 2
+    return int(fn(k, positions))
+
+
 def dwpw_scratch(row: np.ndarray, depthwise: np.ndarray, rows: int) -> int:
     """Scratch floats a fused depthwise + 1x1 convolution tile of at most ``rows`` output rows needs
     (``native/tile_depthwise.c``'s ``pw_dwpw_scratch``): ``row`` the fused layer's row, ``depthwise`` its

@@ -92,7 +92,7 @@ def test_abi_has_no_code_the_c_lacks() -> None:
 
 
 def test_the_name_tables_use_the_codes() -> None:
-    packs = {abi.PACK_PANELS, abi.PACK_TRANSPOSED, abi.PACK_PADDED, abi.PACK_WINOGRAD}
+    packs = {abi.PACK_PANELS, abi.PACK_TRANSPOSED, abi.PACK_PADDED, abi.PACK_WINOGRAD, abi.PACK_BLOCKED}
     assert set(abi.PACKS.values()) == packs
     assert abi.SEQ_ACTS["gelu_tanh"] == abi.ACT_GELU_TANH and abi.ACTS["sigmoid"] == abi.ACT_SIGMOID
     binops = [abi.BIN_ADD, abi.BIN_SUB, abi.BIN_MUL, abi.BIN_DIV, abi.BIN_RSUB, abi.BIN_MAX, abi.BIN_MIN]

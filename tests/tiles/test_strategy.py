@@ -390,11 +390,12 @@ class _SevenByOne(torch.nn.Module):
 def test_transposed_kernel_layers_on_every_instruction_set(
     model: type, shape: tuple, layouts: dict, row_tiles: int, tiles: int | None, outputs_close, monkeypatch
 ) -> None:
-    from pathweave.tiles import conv_layout
+    from pathweave.tiles import blocked, conv_layout
     from pathweave.tiles import runtime as tile_runtime
     from pathweave.tiles.abi import PACKS, S_WPACK_T
 
     monkeypatch.setattr(conv_layout, "PADDED_WIDTH_PER_PAD", 14)  # a 3x3 window over 7x7 on "narrow" (im2col)
+    monkeypatch.setattr(blocked, "BLOCKED_ISAS", ())  # 1x1 layers on the transposed kernel, not tile_gemm_b.c
     torch.manual_seed(0)
     net = model().eval()
     # winograd_min_channels=10**9: their 3x3 layers, not Winograd's

@@ -71,6 +71,37 @@ void pw_gemm_packed_t_runs(int64_t rows, int64_t K, const float *wp, int64_t row
 void pw_gemm_rows(int64_t rows, int64_t cols, int64_t K, const float *a, int64_t lda, const float *wp, float *c,
                   int64_t ldc);
 
+/* 1x1 tiles on channel-blocked activations (tile_gemm_b.c, PW_PACK_BLOCKED): blocked tensors lie as
+ * [C/8][H][W][8] per image (C a multiple of 8). x: the input's 8-channel blocks xs floats apart, the
+ * tile's first position at x (a blocked layer input, or pw_block_input's copy of an NCHW one: [(K + 7) /
+ * 8][pw_blocked_positions(P)][8], zeros past K and P, pw_blocked_floats(K, P) floats). c and res: the
+ * tile's first channel and position, blocked (layout bit PW_BLK_OUT / PW_BLK_RES: channel blocks cs / rs
+ * floats apart) or NCHW rows (cs / rs apart). pw_gemm_blocked computes pw_gemm_packed's C with its bias,
+ * residual and ReLU for rows C rows (a multiple of 8) whose weights wp are packed for them alone: groups
+ * of 24 rows (the last of 8 or 16), each [K8][width] with K8 = K rounded up to 8 (zeros past K), group
+ * g at wp + 24 g K8. */
+enum { PW_BLK_IN = 1, PW_BLK_OUT = 2, PW_BLK_RES = 4 };
+typedef struct {
+    const float *x;
+    int64_t xs;
+    int64_t stride, w, ow, pos0; /* stride 2: x is the image's first position, the tile's first output
+                                  * position pos0, the input w and the output ow wide; else stride 1 */
+    float *c;
+    int64_t cs;
+    const float *bias, *res;
+    int64_t rs;
+    int layout;
+} pw_blocked_io;
+static inline int64_t pw_blocked_positions(int64_t P) { return (P + 3) / 4 * 4; }
+static inline int64_t pw_blocked_floats(int64_t K, int64_t P) { return (K + 7) / 8 * 8 * pw_blocked_positions(P); }
+int64_t pw_blocked_scratch(int64_t K, int64_t P); /* pw_blocked_floats, for Python */
+void pw_block_input(int64_t K, int64_t P, const float *b, int64_t ldb, float *x);
+/* the same copy for a strided layer: b the image's first position (rows w wide), output position pos0 +
+ * p (rows ow wide) reading input row and column stride times its own */
+void pw_block_input_strided(int64_t K, int64_t P, const float *b, int64_t ldb, int64_t w, int64_t ow, int64_t pos0,
+                            int64_t stride, float *x);
+void pw_gemm_blocked(int64_t rows, int64_t P, int64_t K, const float *wp, const pw_blocked_io *io, int act);
+
 /* floats of a zero-padded input copy of C planes, rounded up to 16 (what follows is 64-byte aligned) */
 static inline int64_t pw_padded_floats(int64_t C, int64_t plane) { return (C * plane + 15) / 16 * 16; }
 

@@ -188,6 +188,38 @@ static void conv_padded(const int64_t *L, const float *xn, float *scratch, int64
                           copy ? xp : xn + oh0 * st * W, 0, &u, c, OH * OW, bias, res, (int)L[S_ACT], t);
 }
 
+/* a 1x1 tile on channel-blocked activations (tile_gemm_b.c): the input, the output and the residual each
+ * blocked or NCHW as S_LAYOUT says; an NCHW input is copied into blocks once per worker for the layer's
+ * channel tiles over the same rows */
+static void conv_blocked(const int64_t *L, const float *xn, float *scratch, int64_t stamp, int64_t n, int64_t oh0,
+                         int64_t oh1, int64_t o0, int64_t o1, float *on, const float *rn) {
+    const int64_t C = L[S_XSHAPE + 1], XHW = L[S_XSHAPE + 2] * L[S_XSHAPE + 3], XW = L[S_XSHAPE + 3];
+    const int64_t HW = L[S_OSHAPE + 2] * L[S_OSHAPE + 3], OW = L[S_OSHAPE + 3], st = L[S_SH];
+    const int64_t P = (oh1 - oh0) * OW, K8 = (C + 7) / 8 * 8;
+    const int lay = (int)L[S_LAYOUT];
+    const float *bias = in_f(L[S_BIAS]);
+    pw_blocked_io io = {NULL, 0, 1, XW, OW, oh0 * OW, NULL, 0, bias ? bias + o0 : NULL, NULL, 0, lay};
+    if (lay & PW_BLK_IN) {
+        io.x = st > 1 ? xn : xn + oh0 * OW * 8, io.xs = XHW * 8, io.stride = st;
+    } else {
+        int64_t *key = (int64_t *)scratch;
+        const int64_t want[6] = {(int64_t)(intptr_t)L, stamp, n, 0, oh0, -2 - oh1};
+        float *xb = scratch + PW_SCRATCH_HEADER;
+        if (memcmp(key, want, sizeof want)) { /* kept for the layer's other channel tiles */
+            if (st > 1)
+                pw_block_input_strided(C, P, xn, XHW, XW, OW, oh0 * OW, st, xb);
+            else
+                pw_block_input(C, P, xn + oh0 * OW, XHW, xb);
+            memcpy(key, want, sizeof want);
+        }
+        io.x = xb, io.xs = pw_blocked_positions(P) * 8;
+    }
+    /* a blocked tensor's channel block o0 / 8 starts at o0 HW, as an NCHW one's channel o0 */
+    io.c = on + o0 * HW + oh0 * OW * (lay & PW_BLK_OUT ? 8 : 1), io.cs = lay & PW_BLK_OUT ? HW * 8 : HW;
+    if (rn) io.res = rn + o0 * HW + oh0 * OW * (lay & PW_BLK_RES ? 8 : 1), io.rs = lay & PW_BLK_RES ? HW * 8 : HW;
+    pw_gemm_blocked(o1 - o0, P, C, in_f(L[S_WPACK]) + o0 * K8, &io, (int)L[S_ACT]);
+}
+
 static int conv_tile(const int64_t *L, const int32_t *lo, const int32_t *hi, float *scratch,
                      pw_sgemm_fn sgemm, int64_t stamp) {
     const float *x = in_f(L[S_X]), *w = in_f(L[S_W]), *bias = in_f(L[S_BIAS]), *res = in_f(L[S_Y]);
@@ -220,6 +252,10 @@ static int conv_tile(const int64_t *L, const int32_t *lo, const int32_t *hi, flo
             const int64_t o1 = hi[1] < (g + 1) * og ? hi[1] : (g + 1) * og;
             if (wpack && L[S_WPACK_T] == PW_PACK_WINOGRAD) { /* one group (Python checks) */
                 pw_conv_winograd(L, xn, scratch, stamp, n, oh0, oh1, o0, o1, on, rn);
+                continue;
+            }
+            if (wpack && L[S_WPACK_T] == PW_PACK_BLOCKED) { /* 1x1, one group (Python checks) */
+                conv_blocked(L, xn, scratch, stamp, n, oh0, oh1, o0, o1, on, rn);
                 continue;
             }
             if (wpack && L[S_WPACK_T] == PW_PACK_PADDED) { /* one group (Python checks) */

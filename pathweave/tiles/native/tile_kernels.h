@@ -89,8 +89,9 @@ enum {
 
 /* packed convolution weights (slot S_WPACK_T): panels of PW_MR rows, or of PW_TR rows for the transposed
  * micro-kernel over an im2col or the input as it lies, or over the input copied with zero padding
- * (stride 1, no dilation: B's rows are shifted views of it, no im2col) */
-enum { PW_PACK_PANELS = 0, PW_PACK_TRANSPOSED = 1, PW_PACK_PADDED = 2, PW_PACK_WINOGRAD = 3 };
+ * (stride 1, no dilation: B's rows are shifted views of it, no im2col), or in groups of 24 rows per
+ * channel range for 1x1 layers on channel-blocked activations (tile_gemm_b.c; layouts in S_LAYOUT) */
+enum { PW_PACK_PANELS = 0, PW_PACK_TRANSPOSED = 1, PW_PACK_PADDED = 2, PW_PACK_WINOGRAD = 3, PW_PACK_BLOCKED = 4 };
 
 /* epilogue activations (slot S_ACT); from PW_ACT_SILU on tile_act.c's (pw_act_row) */
 enum { PW_ACT_NONE = 0, PW_ACT_RELU = 1, PW_ACT_GELU = 2, PW_ACT_TANH = 3, PW_ACT_SIGMOID = 5 }; /* 4: seq */
@@ -126,6 +127,7 @@ enum {
     S_XSHAPE = 16,  /* 4: x shape (conv, pool: N, C, H, W) */
     S_YSTRIDE = 20, /* 4: y strides over the output's index space */
     S_BINOP = 24, S_ALPHA = 25, /* double bits: y is scaled by alpha (add/sub) */
+    S_LAYOUT = 26, /* conv (PW_PACK_BLOCKED): PW_BLK_* bits, which of x, out and the residual are blocked */
     S_KH = 28, S_KW, S_SH, S_SW, S_PH, S_PW, S_DH, S_DW, S_GROUPS, /* conv and pool windows */
     S_POINTWISE = 37, /* conv: 1x1 stride 1 on the input as it lies, no im2col (decided in Python) */
     S_COUNT_PAD = 38, S_DIVISOR = 39,

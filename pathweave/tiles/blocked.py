@@ -1,0 +1,111 @@
+"""Which activations the tiles keep channel-blocked ([C/8][H][W][8] per image, oneDNN's nChw8c) between
+1x1 convolutions (issue 21).
+
+On an AVX2 CPU the tiles' 1x1 kernel over NCHW rows ran ResNet-50's 1x1 layers 1.4-1.6x slower than
+OpenVINO and ONNX Runtime, whose activations stay blocked: each k of the product starts a new row of the
+input a plane away, and the epilogue writes the output and reads the residual a plane apart per channel.
+A kernel with vectors along the output channels over a blocked input (``native/tile_gemm_b.c``) runs
+those shapes 1.0-1.9x faster alone, but the copy into blocks and the NCHW store ate the gain when every
+buffer stayed NCHW. So a value is kept blocked where every kernel that touches it reads and writes that
+layout: its producer and each of its readers are 1x1 convolutions of that kernel (``blocked_capable``),
+reading it as their input or as their residual. In ResNet the blocks' outputs then stay blocked from one
+block to the next (the expanding 1x1 writes them, the next block's reducing 1x1 and residual read them);
+the 3x3 layers between keep NCHW, and the 1x1 kernel reads and writes both layouts.
+
+Tiles of these layers start on channels that are multiples of 8 (``build.CHANNEL_ALIGN``), so a tile's
+box of a blocked value is its own memory, and its span lies inside the span ``memory`` orders reuse by.
+"""
+
+from __future__ import annotations
+
+import torch.fx
+
+from pathweave.analysis.ops import op_name
+from pathweave.tiles.abi import BLK_IN, BLK_OUT, BLK_RES
+from pathweave.tiles.graph import TileGraph
+from pathweave.tiles.maps import as_ints, bound_args, shape
+from pathweave.tiles.rows import is_constant
+
+#: the kernel levels at which 1x1 layers keep their activations blocked (``()``: every buffer NCHW, for
+#: A/B in one process)
+BLOCKED_ISAS = ("avx2",)
+#: channels per block (one AVX2 vector)
+BLOCK = 8
+
+
+def blocked_capable(node: torch.fx.Node, graph: TileGraph, index: int, isa: str) -> bool:
+    """A layer ``tile_gemm_b.c`` can run: a 1x1 convolution of stride 1 or 2 without padding of one group, a
+    constant weight, in and out channels multiples of 8, no activation but ReLU, kernels at a level of
+    ``BLOCKED_ISAS``, and channel tiles that split its channels into one set of ranges (its weights are
+    packed per range)."""
+    if isa not in BLOCKED_ISAS or op_name(node) not in ("conv2d", "conv2d_act") or len(shape(node)) != 4:
+        return False
+    args = bound_args(node)
+    weight, x = args.get("weight"), args.get("input")
+    if not isinstance(x, torch.fx.Node) or not is_constant(weight) or isinstance(args["padding"], str):
+        return False
+    w, xs = shape(weight), shape(x)
+    plain = (
+        len(w) == 4
+        and len(xs) == 4
+        and tuple(w[2:]) == (1, 1)
+        and int(args["groups"]) == 1
+        and tuple(as_ints(args["stride"], 2)) in ((1, 1), (2, 2))
+        and tuple(as_ints(args["padding"], 2)) == (0, 0)
+        and w[0] % BLOCK == 0
+        and w[1] % BLOCK == 0
+        and (args.get("act") or "none") in ("none", "relu")
+    )
+    residual = args.get("residual")
+    if not plain or (residual is not None and tuple(shape(residual)) != tuple(shape(node))):
+        return False
+    return channel_ranges(graph, index) is not None
+
+
+def channel_ranges(graph: TileGraph, index: int) -> list[tuple[int, int]] | None:
+    """The output channel ranges of a layer's tiles, sorted, if they split its channels into disjoint
+    ranges that start on multiples of ``BLOCK`` (None otherwise)."""
+    lo, hi = graph.layer_tile_start[index], graph.layer_tile_start[index + 1]
+    ranges = sorted(
+        {(int(a), int(b)) for a, b in zip(graph.tile_lo[lo:hi, 1], graph.tile_hi[lo:hi, 1], strict=True)}
+    )
+    ends = [a for a, _ in ranges[1:]] + [int(graph.layer_shapes[index][1])]
+    pieces = zip(ranges, ends, strict=True)
+    ok = bool(ranges) and ranges[0][0] == 0 and all(b == e and a % BLOCK == 0 for (a, b), e in pieces)
+    return ranges if ok else None
+
+
+def blocked_values(gm: torch.fx.GraphModule, graph: TileGraph, isa: str) -> frozenset[str]:
+    """The layers whose outputs the program keeps blocked: each is ``blocked_capable`` and every user
+    of its output is a ``blocked_capable`` layer reading it as its input or residual (never a graph
+    output, a view or another kernel)."""
+    index = {str(name): i for i, name in enumerate(graph.layer_names)}
+    nodes = {n.name: n for n in gm.graph.nodes}
+    capable = {name for name, i in index.items() if blocked_capable(nodes[name], graph, i, isa)}
+    kept = set()
+    for name in capable:
+        node = nodes[name]
+        users = list(node.users)
+        if users and all(u.name in capable and _reads_as_activation(u, node) for u in users):
+            kept.add(name)
+    return frozenset(kept)
+
+
+def _reads_as_activation(user: torch.fx.Node, value: torch.fx.Node) -> bool:
+    """Whether ``user`` reads ``value`` only as its input or its residual."""
+    args = bound_args(user)
+    roles = {k for k, v in args.items() if v is value}
+    other = any(value in (v if isinstance(v, (list, tuple)) else ()) for v in args.values())
+    return bool(roles) and roles <= {"input", "residual"} and not other
+
+
+def layout_bits(node: torch.fx.Node, kept: frozenset[str]) -> int:
+    """``S_LAYOUT``'s bits for a ``blocked_capable`` layer: which of its input, output and residual
+    are blocked (``abi.BLK_*``); 0 where none is (it keeps the NCHW kernels)."""
+    args = bound_args(node)
+    residual = args.get("residual")
+    return (
+        (BLK_IN if args["input"].name in kept else 0)
+        | (BLK_OUT if node.name in kept else 0)
+        | (BLK_RES if isinstance(residual, torch.fx.Node) and residual.name in kept else 0)
+    )

@@ -1,0 +1,275 @@
+/* 1x1 convolution tiles on channel-blocked activations (PW_PACK_BLOCKED; see tile_gemm.h).
+ *
+ * pw_gemm_packed's vectors run along a row of B (positions) and broadcast the weights: per k it loads a
+ * new row of B, a plane away from the last (12.5 KB at 56x56), and its epilogue writes C and reads the
+ * residual a plane apart per channel. Here an activation may be kept in blocks of 8 channels
+ * ([C/8][H][W][8], oneDNN's nChw8c) between layers: the Python side (tiles/blocked.py) keeps a value so
+ * where its producer and every reader are 1x1 layers of this kernel. The vectors run along the output
+ * channels: per k, 3 vectors of weights (packed per channel range in groups of 24, [K][24]) and 4
+ * positions' input values broadcast from one 128-byte run of the blocked input. The sums leave the
+ * registers as 4 positions x 8 channels: stored as they are into a blocked output, or transposed into 8
+ * NCHW rows of 4 positions; the residual is read in either layout (the same in-register transpose, which
+ * is its own inverse). An NCHW input is first copied into blocks for the tile (pw_block_input), kept in
+ * the worker's scratch for the layer's other channel tiles over the same rows.
+ *
+ * AVX2 only (Python picks this path where the kernels run at AVX2); at any other level the same sums in
+ * C, for a program built at AVX2 and run after the level was lowered.
+ */
+#include <stddef.h>
+#include <string.h>
+
+#include "tile_gemm.h"
+#include "tile_kernels.h"
+
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define PW_B_X86 1
+#define PW_VW 8
+#include "tile_simd.h"
+
+PW_VT static void block_input_8(int64_t K, int64_t P, const float *b, int64_t ldb, float *x) {
+    const int64_t P4 = pw_blocked_positions(P);
+    for (int64_t k0 = 0; k0 < K; k0 += 8) {
+        const int64_t kn = min64(8, K - k0);
+        float *xb = x + k0 * P4;
+        int64_t p = 0;
+        if (kn == 8)
+            for (; p + 8 <= P; p += 8) {
+                __m256 r[8];
+                for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(b + (k0 + i) * ldb + p);
+                transpose_8(r);
+                for (int i = 0; i < 8; i++) _mm256_storeu_ps(xb + (p + i) * 8, r[i]);
+            }
+        for (; p < P4; p++)
+            for (int64_t i = 0; i < 8; i++) xb[p * 8 + i] = i < kn && p < P ? b[(k0 + i) * ldb + p] : 0.0f;
+    }
+}
+
+/* 4 x 4 transposes in each 128-bit half: a[q] holding position q's 8 channels becomes a[j] holding
+ * channel j's 4 positions (low half) and channel j + 4's (high half); applied twice it is the identity */
+PW_VTI void transpose_4x2(__m256 a[4]) {
+    const __m256 t0 = _mm256_unpacklo_ps(a[0], a[1]), t1 = _mm256_unpackhi_ps(a[0], a[1]);
+    const __m256 t2 = _mm256_unpacklo_ps(a[2], a[3]), t3 = _mm256_unpackhi_ps(a[2], a[3]);
+    a[0] = _mm256_shuffle_ps(t0, t2, 0x44), a[1] = _mm256_shuffle_ps(t0, t2, 0xee);
+    a[2] = _mm256_shuffle_ps(t1, t3, 0x44), a[3] = _mm256_shuffle_ps(t1, t3, 0xee);
+}
+
+/* 8 channels x 4 positions of an NCHW tensor (rows ld apart), as transpose_4x2 leaves them */
+PW_VTI void load_rows_4(const float *r, int64_t ld, __m256 a[4]) {
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) a[j] = _mm256_loadu2_m128(r + (j + 4) * ld, r + j * ld);
+}
+
+/* the 4 x 8 sums a[q] (positions p0 + q, channels ch .. ch + 7 of the tile) with the bias, residual and
+ * ReLU into C: blocked (c: the channel block's first position; res likewise when res_blk) or NCHW rows
+ * (c, res: channel ch's row at position p0; ldc, lr apart); only the first nq positions */
+PW_VTI void store_quad(__m256 a[4], int nq, float *c, int64_t ldc, int c_blk, const float *bias, const float *res,
+                       int64_t lr, int res_blk, int relu) {
+    const __m256 zero = _mm256_setzero_ps();
+    if (bias) {
+        const __m256 bv = _mm256_loadu_ps(bias);
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; q++) a[q] = _mm256_add_ps(a[q], bv);
+    }
+    if (nq == 4) {
+        __m256 r[4];
+        if (res && res_blk) {
+#pragma GCC unroll 4
+            for (int q = 0; q < 4; q++) r[q] = _mm256_loadu_ps(res + q * 8);
+            if (!c_blk) transpose_4x2(r);
+        } else if (res) {
+            load_rows_4(res, lr, r);
+            if (c_blk) transpose_4x2(r);
+        }
+        if (!c_blk) transpose_4x2(a);
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; q++) {
+            if (res) a[q] = _mm256_add_ps(a[q], r[q]);
+            if (relu) a[q] = _mm256_max_ps(zero, a[q]); /* max(0, NaN) is NaN: the second operand */
+            if (c_blk) {
+                _mm256_storeu_ps(c + q * 8, a[q]);
+            } else {
+                _mm_storeu_ps(c + q * ldc, _mm256_castps256_ps128(a[q]));
+                _mm_storeu_ps(c + (q + 4) * ldc, _mm256_extractf128_ps(a[q], 1));
+            }
+        }
+        return;
+    }
+    float s[4][8];
+    for (int q = 0; q < 4; q++) _mm256_storeu_ps(s[q], a[q]);
+    for (int q = 0; q < nq; q++)
+        for (int i = 0; i < 8; i++) {
+            float x = s[q][i] + (res ? res_blk ? res[q * 8 + i] : res[i * lr + q] : 0.0f);
+            if (relu) x = x > 0.0f ? x : (x != x ? x : 0.0f);
+            c[c_blk ? q * 8 + i : i * ldc + q] = x;
+        }
+}
+
+/* the sums of one quad of positions (at x + qo[q] within each block of 8 input channels, xs apart) for nv
+ * vectors of channels (weights w: [K8][8 nv]), then their store */
+PW_VTI void sums_body(const int nv, const int regular, int64_t K8, const float *w, const float *x, int64_t xs,
+                      const int64_t *qo, __m256 *out) {
+    const int64_t ws = 8 * nv;
+    __m256 acc[4][3];
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; q++)
+#pragma GCC unroll 3
+        for (int v = 0; v < nv; v++) acc[q][v] = _mm256_setzero_ps();
+    for (int64_t kb = 0; kb < K8 / 8; kb++) {
+        const float *xb = x + kb * xs, *wk = w + kb * 8 * ws;
+        _mm_prefetch((const char *)(xb + 64), _MM_HINT_T0); /* the next 8 positions' 8 channels */
+        _mm_prefetch((const char *)(xb + 80), _MM_HINT_T0);
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) {
+            __m256 wv[3];
+#pragma GCC unroll 3
+            for (int v = 0; v < nv; v++) wv[v] = _mm256_loadu_ps(wk + j * ws + 8 * v);
+#pragma GCC unroll 4
+            for (int q = 0; q < 4; q++) { /* regular: the 4 positions 8 floats apart (constant offsets) */
+                const __m256 xq = _mm256_broadcast_ss(xb + (regular ? q * 8 : qo[q]) + j);
+#pragma GCC unroll 3
+                for (int v = 0; v < nv; v++) acc[q][v] = _mm256_fmadd_ps(xq, wv[v], acc[q][v]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; q++)
+#pragma GCC unroll 3
+        for (int v = 0; v < nv; v++) out[q * 3 + v] = acc[q][v];
+}
+
+/* the sums as functions of their own (inlined into the store's loop, GCC ran out of registers: 12
+ * accumulators, 3 weight vectors and a broadcast are AVX2's 16, and it read the weights from memory at
+ * every multiply-add, ~0.65x the speed) */
+#define PW_SUMS(NV, REG)                                                                                     \
+    __attribute__((noinline)) PW_VT static void sums_##NV##_##REG(int64_t K8, const float *w, const float *x, \
+                                                                  int64_t xs, const int64_t *qo, __m256 *out) { \
+        sums_body(NV, REG, K8, w, x, xs, qo, out);                                                             \
+    }
+PW_SUMS(1, 0) PW_SUMS(1, 1) PW_SUMS(2, 0) PW_SUMS(2, 1) PW_SUMS(3, 0) PW_SUMS(3, 1)
+#undef PW_SUMS
+
+/* the sums of one quad of positions (at x + qo[q] within each block of 8 input channels, xs apart; regular:
+ * qo = 0, 8, 16, 24) for nv vectors of channels (weights w: [K8][8 nv]), then their store */
+PW_VTI void quad_8(const int nv, const int regular, int64_t K8, const float *w, const float *x, int64_t xs,
+                   const int64_t qo[4], int nq, int64_t lane0, int64_t p, const pw_blocked_io *io, int relu) {
+    __m256 sums[12];
+    if (nv == 3)
+        (regular ? sums_3_1 : sums_3_0)(K8, w, x, xs, qo, sums);
+    else if (nv == 2)
+        (regular ? sums_2_1 : sums_2_0)(K8, w, x, xs, qo, sums);
+    else
+        (regular ? sums_1_1 : sums_1_0)(K8, w, x, xs, qo, sums);
+    const int c_blk = io->layout & PW_BLK_OUT, r_blk = io->layout & PW_BLK_RES;
+#pragma GCC unroll 3
+    for (int v = 0; v < nv; v++) {
+        const int64_t ch = lane0 + 8 * v;
+        float *c = c_blk ? io->c + (ch / 8) * io->cs + p * 8 : io->c + ch * io->cs + p;
+        const float *res = !io->res ? NULL : r_blk ? io->res + (ch / 8) * io->rs + p * 8 : io->res + ch * io->rs + p;
+        __m256 a[4] = {sums[v], sums[3 + v], sums[6 + v], sums[9 + v]};
+        store_quad(a, nq, c, io->cs, c_blk, io->bias ? io->bias + ch : NULL, res, io->rs, r_blk, relu);
+    }
+}
+
+/* one group of nv vectors of channels (from channel lane0 of the tile) over every position */
+PW_VTI void group_8(const int nv, const int strided, int64_t lane0, int64_t P, int64_t K8, const float *w,
+                    const pw_blocked_io *io, int relu) {
+    const int c_blk = io->layout & PW_BLK_OUT, r_blk = io->layout & PW_BLK_RES;
+    const int64_t full[4] = {0, 8, 16, 24}; /* (unused: regular) */
+    for (int64_t p = 0; p < P; p += 4) {
+        const int nq = (int)min64(4, P - p);
+        if (!c_blk && p % 16 == 0 && p + 16 < P) /* NCHW: the lines of C and the residual 4 quads on */
+            for (int64_t i = lane0; i < lane0 + 8 * nv; i++) {
+                if (io->res && !r_blk) _mm_prefetch((const char *)(io->res + i * io->rs + p + 16), _MM_HINT_T0);
+                __builtin_prefetch(io->c + i * io->cs + p + 16, 1, 3);
+            }
+        if (strided) { /* each position's input through its row and column */
+            int64_t at[4];
+            for (int q = 0; q < 4; q++) {
+                const int64_t o = io->pos0 + p + min64(q, nq - 1);
+                at[q] = ((o / io->ow) * io->w + o % io->ow) * io->stride * 8;
+            }
+            quad_8(nv, 0, K8, w, io->x, io->xs, at, nq, lane0, p, io, relu);
+        } else if (nq == 4) {
+            quad_8(nv, 1, K8, w, io->x + p * 8, io->xs, full, nq, lane0, p, io, relu);
+        } else { /* the last positions: no read past them (the blocked input may end there) */
+            const int64_t tail[4] = {0, 8 * min64(1, nq - 1), 8 * min64(2, nq - 1), 8 * min64(3, nq - 1)};
+            quad_8(nv, 0, K8, w, io->x + p * 8, io->xs, tail, nq, lane0, p, io, relu);
+        }
+    }
+}
+
+PW_VT static void gemm_blocked_8(int64_t rows, int64_t P, int64_t K, const float *wp, const pw_blocked_io *io,
+                                 int relu) {
+    const int64_t K8 = (K + 7) / 8 * 8;
+    for (int64_t lane0 = 0; lane0 < rows; lane0 += 24) {
+        const float *w = wp + lane0 * K8;
+        const int64_t nv = min64(3, (rows - lane0) / 8);
+        const int strided = io->stride > 1;
+        if (nv == 3 && strided)
+            group_8(3, 1, lane0, P, K8, w, io, relu);
+        else if (nv == 3)
+            group_8(3, 0, lane0, P, K8, w, io, relu);
+        else if (nv == 2 && strided)
+            group_8(2, 1, lane0, P, K8, w, io, relu);
+        else if (nv == 2)
+            group_8(2, 0, lane0, P, K8, w, io, relu);
+        else if (strided)
+            group_8(1, 1, lane0, P, K8, w, io, relu);
+        else
+            group_8(1, 0, lane0, P, K8, w, io, relu);
+    }
+}
+#endif
+
+int64_t pw_blocked_scratch(int64_t K, int64_t P) { return pw_blocked_floats(K, P); }
+
+void pw_block_input_strided(int64_t K, int64_t P, const float *b, int64_t ldb, int64_t w, int64_t ow, int64_t pos0,
+                            int64_t stride, float *x) {
+    const int64_t P4 = pw_blocked_positions(P);
+    for (int64_t k = 0; k < (K + 7) / 8 * 8; k++)
+        for (int64_t p = 0; p < P4; p++) {
+            const int64_t o = pos0 + p, at = ((o / ow) * w + o % ow) * stride;
+            x[((k / 8) * P4 + p) * 8 + k % 8] = k < K && p < P ? b[k * ldb + at] : 0.0f;
+        }
+}
+
+void pw_block_input(int64_t K, int64_t P, const float *b, int64_t ldb, float *x) {
+#ifdef PW_B_X86
+    if (pw_vec_width() == 8) {
+        block_input_8(K, P, b, ldb, x);
+        return;
+    }
+#endif
+    const int64_t P4 = pw_blocked_positions(P);
+    for (int64_t k = 0; k < (K + 7) / 8 * 8; k++)
+        for (int64_t p = 0; p < P4; p++) x[((k / 8) * P4 + p) * 8 + k % 8] = k < K && p < P ? b[k * ldb + p] : 0.0f;
+}
+
+void pw_gemm_blocked(int64_t rows, int64_t P, int64_t K, const float *wp, const pw_blocked_io *io, int act) {
+    const int relu = act == PW_ACT_RELU;
+#ifdef PW_B_X86
+    if (pw_vec_width() == 8) {
+        gemm_blocked_8(rows, P, K, wp, io, relu);
+        return;
+    }
+#endif
+    /* any other level: the same sums in C */
+    const int64_t K8 = (K + 7) / 8 * 8;
+    const int c_blk = io->layout & PW_BLK_OUT, r_blk = io->layout & PW_BLK_RES;
+    for (int64_t r = 0; r < rows; r++) {
+        const int64_t g = r / 24 * 24, gw = min64(24, rows - g);
+        const float *w = wp + g * K8 + (r - g);
+        for (int64_t p = 0; p < P; p++) {
+            float s = 0.0f;
+            const int64_t o = io->pos0 + p;
+            const int64_t at = io->stride > 1 ? ((o / io->ow) * io->w + o % io->ow) * io->stride * 8 : p * 8;
+            for (int64_t k = 0; k < K; k++) s += w[k * gw] * io->x[(k / 8) * io->xs + at + k % 8];
+            s += io->bias ? io->bias[r] : 0.0f;
+            if (io->res) s += r_blk ? io->res[(r / 8) * io->rs + p * 8 + r % 8] : io->res[r * io->rs + p];
+            if (relu) s = s > 0.0f ? s : (s != s ? s : 0.0f);
+            io->c[c_blk ? (r / 8) * io->cs + p * 8 + r % 8 : r * io->cs + p] = s;
+        }
+    }
+}

@@ -1,0 +1,149 @@
+"""1x1 layers on channel-blocked activations (tiles/blocked.py, native/tile_gemm_b.c) against eager: which
+values stay blocked, ResNet-style bottlenecks with identity and stride-2 shortcuts whose inputs, outputs and
+residuals are blocked or NCHW in every mix, maps whose positions are no multiple of the kernel's 4, output
+channels of 1, 2 and 3 vectors (and more), a batch of 2, NaN and +-inf propagating as eager's; and a
+program built at AVX2 then run at the generic level (the kernel's C loops)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import pathweave
+from pathweave.tiles import runtime as tile_runtime
+from pathweave.tiles.abi import BLK_IN, BLK_OUT, BLK_RES, S_LAYOUT
+from pathweave.tiles.blocked import BLOCKED_ISAS, blocked_values
+from pathweave.tiles.program import kernel_names
+from pathweave.tiles.strategy import TilesStrategy
+
+
+class _Bottleneck(torch.nn.Module):
+    """ResNet's bottleneck: 1x1 down, 3x3, 1x1 up, plus the input or a 1x1 shortcut of the same stride."""
+
+    def __init__(self, c_in: int, mid: int, c_out: int, stride: int) -> None:
+        super().__init__()
+        self.reduce = torch.nn.Conv2d(c_in, mid, 1)
+        self.conv = torch.nn.Conv2d(mid, mid, 3, stride=stride, padding=1)
+        self.expand = torch.nn.Conv2d(mid, c_out, 1)
+        self.short = torch.nn.Conv2d(c_in, c_out, 1, stride=stride) if stride > 1 or c_in != c_out else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.expand(torch.relu(self.conv(torch.relu(self.reduce(x)))))
+        return torch.relu(y + (self.short(x) if self.short is not None else x))
+
+
+class _Net(torch.nn.Module):
+    """A stem, bottlenecks (the second of stride 2), two plain 1x1 layers (one without ReLU) and a 3x3
+    head: values written and read by 1x1 layers only stay blocked, the rest NCHW."""
+
+    def __init__(self, c: int, mid: int, wide: int) -> None:
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, c, 3, padding=1)
+        self.blocks = torch.nn.Sequential(
+            _Bottleneck(c, mid, wide, 1),
+            _Bottleneck(wide, mid, wide, 1),
+            _Bottleneck(wide, mid, wide, 2),
+            _Bottleneck(wide, mid, wide, 1),
+        )
+        self.a = torch.nn.Conv2d(wide, mid, 1)
+        self.b = torch.nn.Conv2d(mid, wide, 1)
+        self.head = torch.nn.Conv2d(wide, 8, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.blocks(torch.relu(self.stem(x)))
+        return self.head(self.b(torch.relu(self.a(y))))
+
+
+#: (channels after the stem, bottleneck width, block width, height, width): widths of 1, 2, 3 and 5
+#: vectors of 8 (a last group of 16 after 24), maps of 63, 9 and 196 positions (tails of 3, 1 and none)
+CASES = [(16, 8, 40, 9, 7), (24, 16, 24, 3, 3), (8, 24, 64, 14, 14), (16, 16, 32, 5, 11)]
+
+
+def _nonfinite(shape: tuple[int, ...]) -> torch.Tensor:
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(3))
+    x[0, 0, 0, -1] = float("nan")
+    x[-1, 1, -1, 0] = float("inf")
+    x[0, 2, shape[2] // 2, 0] = float("-inf")
+    return x
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "c{}_m{}_w{}_{}x{}".format(*c))
+def test_blocked_1x1_layers_match_eager(level: str, case: tuple, outputs_close) -> None:  # noqa: ANN001
+    c, mid, wide, h, w = case
+    torch.manual_seed(0)
+    net = _Net(c, mid, wide).eval()
+    shape = (2, 3, h, w)
+    strat = TilesStrategy(pathweave.capture(net, torch.randn(shape)), threads=2)
+    try:
+        names = kernel_names(strat.program.layers)
+        bits = [
+            int(r[S_LAYOUT]) for r, n in zip(strat.program.layers, names, strict=True) if n == "1x1 blocked"
+        ]
+        if level in BLOCKED_ISAS:  # every mix the model has: in, out and residual blocked or not
+            assert {BLK_IN, BLK_IN | BLK_OUT} <= set(bits)  # b, a
+            assert any(b & BLK_RES for b in bits) and any(b & (BLK_OUT | BLK_IN) == BLK_OUT for b in bits)
+        else:
+            assert not bits
+        for seed in range(2):
+            x = torch.randn(shape, generator=torch.Generator().manual_seed(seed))
+            with torch.no_grad():
+                outputs_close(strat(x), net(x), rtol=1e-5, atol_scale=1e-5)
+        with torch.no_grad():
+            got, want = strat(_nonfinite(shape)), net(_nonfinite(shape))
+        assert torch.equal(got.isnan(), want.isnan())
+        assert torch.equal(got.isinf(), want.isinf())
+        finite = want.isfinite()
+        torch.testing.assert_close(got[finite], want[finite], rtol=1e-4, atol=1e-4)
+    finally:
+        strat.close()
+
+
+def test_which_values_stay_blocked() -> None:
+    """Blocked: written and read by 1x1 layers only, as their input or residual. Not: read by the 3x3
+    layer, the head, a graph output, 12 channels (no multiple of 8)."""
+
+    class Pair(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = torch.nn.Conv2d(16, 16, 1), torch.nn.Conv2d(16, 16, 1)
+            self.c, self.d = torch.nn.Conv2d(16, 12, 1), torch.nn.Conv2d(12, 16, 1)
+            self.k = torch.nn.Conv2d(16, 16, 3, padding=1)
+
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            a = self.a(x)  # read by b (as input and residual): blocked
+            b = self.b(a) + a  # read by c and by k: NCHW
+            d = self.d(self.c(b))  # c's 12 channels: NCHW
+            return self.k(b), d  # d: a graph output
+
+    strat = TilesStrategy(pathweave.capture(Pair().eval(), torch.randn(1, 16, 6, 6)), threads=1)
+    try:
+        kept = blocked_values(strat.gm, strat.graph, "avx2")
+        targets = {n.name: n.target for n in strat.gm.graph.nodes}
+        assert len(kept) == 1
+        assert kept == blocked_values(strat.gm, strat.graph, "avx2")
+        assert not blocked_values(strat.gm, strat.graph, "generic")
+        assert "conv" in str(targets[next(iter(kept))])
+    finally:
+        strat.close()
+
+
+@pytest.mark.skipif("avx2" not in tile_runtime.runnable_gemm_isas(), reason="this CPU has no AVX2")
+def test_a_program_built_at_avx2_runs_at_the_generic_level(outputs_close) -> None:  # noqa: ANN001
+    torch.manual_seed(0)
+    net = _Net(
+        16,
+        8,
+        40,
+    ).eval()
+    x = torch.randn(1, 3, 9, 7)
+    chosen = tile_runtime.gemm_isa()
+    tile_runtime.use_gemm_isa("avx2")
+    try:
+        strat = TilesStrategy(pathweave.capture(net, x), threads=2)
+        assert "1x1 blocked" in kernel_names(strat.program.layers)
+        tile_runtime.use_gemm_isa("generic")
+        with torch.no_grad():
+            outputs_close(strat(x), net(x), rtol=1e-5, atol_scale=1e-5)
+        strat.close()
+    finally:
+        tile_runtime.use_gemm_isa(chosen)
