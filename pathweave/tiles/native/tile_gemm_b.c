@@ -107,7 +107,7 @@ PW_VTI void store_quad(__m256 a[4], int nq, float *c, int64_t ldc, int c_blk, co
 }
 
 /* the sums of one quad of positions (at x + qo[q] within each block of 8 input channels, xs apart) for nv
- * vectors of channels (weights w: [K8][8 nv]), then their store */
+ * vectors of channels (weights w: [K8][8 nv]) */
 PW_VTI void sums_body(const int nv, const int regular, int64_t K8, const float *w, const float *x, int64_t xs,
                       const int64_t *qo, __m256 *out) {
     const int64_t ws = 8 * nv;
@@ -139,28 +139,12 @@ PW_VTI void sums_body(const int nv, const int regular, int64_t K8, const float *
         for (int v = 0; v < nv; v++) out[q * 3 + v] = acc[q][v];
 }
 
-/* the sums as functions of their own (inlined into the store's loop, GCC ran out of registers: 12
- * accumulators, 3 weight vectors and a broadcast are AVX2's 16, and it read the weights from memory at
- * every multiply-add, ~0.65x the speed) */
-#define PW_SUMS(NV, REG)                                                                                     \
-    __attribute__((noinline)) PW_VT static void sums_##NV##_##REG(int64_t K8, const float *w, const float *x, \
-                                                                  int64_t xs, const int64_t *qo, __m256 *out) { \
-        sums_body(NV, REG, K8, w, x, xs, qo, out);                                                             \
-    }
-PW_SUMS(1, 0) PW_SUMS(1, 1) PW_SUMS(2, 0) PW_SUMS(2, 1) PW_SUMS(3, 0) PW_SUMS(3, 1)
-#undef PW_SUMS
-
 /* the sums of one quad of positions (at x + qo[q] within each block of 8 input channels, xs apart; regular:
  * qo = 0, 8, 16, 24) for nv vectors of channels (weights w: [K8][8 nv]), then their store */
 PW_VTI void quad_8(const int nv, const int regular, int64_t K8, const float *w, const float *x, int64_t xs,
                    const int64_t qo[4], int nq, int64_t lane0, int64_t p, const pw_blocked_io *io, int relu) {
     __m256 sums[12];
-    if (nv == 3)
-        (regular ? sums_3_1 : sums_3_0)(K8, w, x, xs, qo, sums);
-    else if (nv == 2)
-        (regular ? sums_2_1 : sums_2_0)(K8, w, x, xs, qo, sums);
-    else
-        (regular ? sums_1_1 : sums_1_0)(K8, w, x, xs, qo, sums);
+    sums_body(nv, regular, K8, w, x, xs, qo, sums);
     const int c_blk = io->layout & PW_BLK_OUT, r_blk = io->layout & PW_BLK_RES;
 #pragma GCC unroll 3
     for (int v = 0; v < nv; v++) {
@@ -200,6 +184,18 @@ PW_VTI void group_8(const int nv, const int strided, int64_t lane0, int64_t P, i
     }
 }
 
+/* each case a function of its own: inlined into one function with the loops over groups, GCC ran out of
+ * registers in the sums (12 accumulators, 3 weight vectors and a broadcast are AVX2's 16) and read the
+ * weights from memory at every multiply-add: ResNet-50's 1x1 shapes alone at ~0.65x the speed */
+#define PW_GROUP_FN(NV, S)                                                                                   \
+    __attribute__((noinline)) PW_VT static void group_##NV##_##S(int64_t lane0, int64_t P, int64_t K8,          \
+                                                                 const float *w, const pw_blocked_io *io,       \
+                                                                 int relu) {                                   \
+        group_8(NV, S, lane0, P, K8, w, io, relu);                                                             \
+    }
+PW_GROUP_FN(1, 0) PW_GROUP_FN(1, 1) PW_GROUP_FN(2, 0) PW_GROUP_FN(2, 1) PW_GROUP_FN(3, 0) PW_GROUP_FN(3, 1)
+#undef PW_GROUP_FN
+
 PW_VT static void gemm_blocked_8(int64_t rows, int64_t P, int64_t K, const float *wp, const pw_blocked_io *io,
                                  int relu) {
     const int64_t K8 = (K + 7) / 8 * 8;
@@ -208,17 +204,17 @@ PW_VT static void gemm_blocked_8(int64_t rows, int64_t P, int64_t K, const float
         const int64_t nv = min64(3, (rows - lane0) / 8);
         const int strided = io->stride > 1;
         if (nv == 3 && strided)
-            group_8(3, 1, lane0, P, K8, w, io, relu);
+            group_3_1(lane0, P, K8, w, io, relu);
         else if (nv == 3)
-            group_8(3, 0, lane0, P, K8, w, io, relu);
+            group_3_0(lane0, P, K8, w, io, relu);
         else if (nv == 2 && strided)
-            group_8(2, 1, lane0, P, K8, w, io, relu);
+            group_2_1(lane0, P, K8, w, io, relu);
         else if (nv == 2)
-            group_8(2, 0, lane0, P, K8, w, io, relu);
+            group_2_0(lane0, P, K8, w, io, relu);
         else if (strided)
-            group_8(1, 1, lane0, P, K8, w, io, relu);
+            group_1_1(lane0, P, K8, w, io, relu);
         else
-            group_8(1, 0, lane0, P, K8, w, io, relu);
+            group_1_0(lane0, P, K8, w, io, relu);
     }
 }
 #endif
