@@ -3,9 +3,9 @@
  * pw_gemm_packed's vectors run along a row of B (positions) and broadcast the weights: per k it loads a
  * new row of B, a plane away from the last (12.5 KB at 56x56), and its epilogue writes C and reads the
  * residual a plane apart per channel. Here an activation may be kept in blocks of 8 channels
- * ([C/8][H][W][8], oneDNN's nChw8c) between layers: the Python side (tiles/blocked.py) keeps a value so
- * where its producer and every reader are 1x1 layers of this kernel. The vectors run along the output
- * channels: per k, 3 vectors of weights (packed per channel range in groups of 24, [K][24]) and 4
+ * ([C/8][H][W][8], oneDNN's nChw8c) between layers: the Python side (tiles/blocked.py) keeps a value
+ * blocked where its producer and every reader are 1x1 layers of this kernel. The vectors run along the
+ * output channels: per k, 3 vectors of weights (packed per channel range in groups of 24, [K][24]) and 4
  * positions' input values broadcast from one 128-byte run of the blocked input. The sums leave the
  * registers as 4 positions x 8 channels: stored as they are into a blocked output, or transposed into 8
  * NCHW rows of 4 positions; the residual is read in either layout (the same in-register transpose, which
@@ -160,7 +160,7 @@ PW_VTI void quad_8(const int nv, const int regular, int64_t K8, const float *w, 
 PW_VTI void group_8(const int nv, const int strided, int64_t lane0, int64_t P, int64_t K8, const float *w,
                     const pw_blocked_io *io, int relu) {
     const int c_blk = io->layout & PW_BLK_OUT, r_blk = io->layout & PW_BLK_RES;
-    const int64_t full[4] = {0, 8, 16, 24}; /* (unused: regular) */
+    const int64_t full[4] = {0, 8, 16, 24}; /* what the regular case's constant offsets are */
     for (int64_t p = 0; p < P; p += 4) {
         const int nq = (int)min64(4, P - p);
         if (!c_blk && p % 16 == 0 && p + 16 < P) /* NCHW: the lines of C and the residual 4 quads on */
