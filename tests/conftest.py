@@ -71,6 +71,14 @@ def assert_outputs_close(got: Any, want: Any, rtol: float, atol_scale: float) ->
         torch.testing.assert_close(g, w, rtol=rtol, atol=atol_scale * max(scale, 1e-6), msg=f"output {i}")
 
 
+def assert_nonfinite_close(got: torch.Tensor, want: torch.Tensor, rtol: float, atol: float) -> None:
+    """NaN and +-inf exactly where ``want`` has them; the finite values within rtol and atol."""
+    assert torch.equal(got.isnan(), want.isnan())
+    assert torch.equal(got.isinf(), want.isinf())
+    finite = want.isfinite()
+    torch.testing.assert_close(got[finite], want[finite], rtol=rtol, atol=atol)
+
+
 class TinyCNN(torch.nn.Module):
     """Conv, ReLU, max pool, linear on 3x8x8 inputs: a model small enough to export, tile and report on
     in a second."""
