@@ -22,6 +22,7 @@ from pathweave.tiles.maps import (
     IDENTITY_VIEWS,
     MULTI_VIEWS,
     RESHAPES,
+    SLICES,
     TRANSPOSES,
     VIEW_OPS,
     NodeMaps,
@@ -89,7 +90,7 @@ def _plan(node: torch.fx.Node, layers: set[torch.fx.Node]) -> NodeMaps | None:
     if op.view is not None:
         source = op.view(node, bound_args(node))
         if (name in RESHAPES and (copies(node, layers) or unreadable(node, layers))) or (
-            name in TRANSPOSES and unreadable(node, layers)
+            (name in TRANSPOSES or name in SLICES) and unreadable(node, layers)
         ):
             return NodeMaps("layer", (source,))  # a layer that copies, with the view's map
         return NodeMaps("view", (source,))
@@ -113,10 +114,11 @@ _PASS_THROUGH = {"unsqueeze", "squeeze"}
 
 
 def unreadable(node: torch.fx.Node, layers: set[torch.fx.Node]) -> bool:
-    """Whether a transpose or reshape feeds, directly or through identity views (``contiguous``) and
-    (un)squeezes, a layer whose binder cannot read it where it lies (``TileOp.reads``: a layer norm over
-    the dim that ConvNeXt's NCHW -> NHWC permute leaves strided, a conv of the permute back, or of
-    SegFormer's tokens reshaped to an image after a transpose); it then copies instead."""
+    """Whether a transpose, reshape or slice feeds, directly or through identity views (``contiguous``)
+    and (un)squeezes, a layer whose binder cannot read it where it lies (``TileOp.reads``: a layer norm
+    over the dim that ConvNeXt's NCHW -> NHWC permute leaves strided, a conv of the permute back, or of
+    SegFormer's tokens reshaped to an image after a transpose, a conv of ``x[:, :, ::2, ::2]``); it then
+    copies instead."""
     reads = set()
     todo = [(user, node) for user in node.users]
     while todo:

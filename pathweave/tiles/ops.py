@@ -129,11 +129,11 @@ TILE_OPS: dict[str, TileOp] = {
     **_rows(("pad", "constant_pad_nd"), maps=maps.pad, bind=bind_cnn.pad),
     **_rows(("roll",), maps=maps.roll, bind=bind_reduce.roll),
     # views: folded into their consumers; a reshape that cannot view its input copies, and so does a
-    # transpose that its consumer cannot read where it lies (``reads``)
+    # transpose or a slice that its consumer cannot read where it lies (``reads``)
     **_rows(IDENTITY_VIEWS, view=maps.identity, bind=None),
     **_rows(RESHAPES, view=maps.reshape, bind=bind_transformer.view_copy),
     **_rows(TRANSPOSES, view=maps.permute, bind=bind_transformer.view_copy),
-    **_rows(SLICES, view=maps.slice_, bind=None),
+    **_rows(SLICES, view=maps.slice_, bind=bind_transformer.view_copy),
     **_rows(("select",), view=maps.select, bind=None),
     **_rows(("unsqueeze",), view=maps.unsqueeze, bind=None),
     **_rows(("squeeze",), view=maps.squeeze, bind=None),

@@ -12,6 +12,7 @@ import torch
 import pathweave
 from pathweave.tiles.rows import View, coalesced
 from pathweave.tiles.strategy import TilesStrategy
+from tests.conftest import assert_nonfinite_close
 
 CHANNELS, HEIGHT, WIDTH, WINDOW = 17, 9, 11, 4
 
@@ -202,6 +203,35 @@ def test_a_transpose_read_in_place_stays_a_view(outputs_close) -> None:
 
     strat = _check(_M().eval(), torch.randn(2, CHANNELS, 6), outputs_close, threads=1)
     assert "transpose" not in strat.graph.layer_ops
+    strat.close()
+
+
+class _StridedSlices(torch.nn.Module):
+    """Convolutions of strided and offset slices (``x[:, :, ::2, ::2].contiguous()``: export drops the
+    ``contiguous``), and an element-wise op of a slice, which reads it in place."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Conv2d(32, 32, 1)
+        self.b = torch.nn.Conv2d(16, 16, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        y = self.a(x)
+        return self.a(y[:, :, ::2, ::2].contiguous()), self.b(y[:, 3:19, 1:7, :]), y[:, :, 1::3, ::2] * 2
+
+
+def test_a_slice_copies_for_a_convolution(outputs_close) -> None:
+    torch.manual_seed(0)
+    model = _StridedSlices().eval()
+    x = torch.randn(2, 32, 9, 8)
+    strat = _check(model, x, outputs_close, threads=2)
+    assert (
+        list(strat.graph.layer_ops).count("slice") == 2
+    )  # the convolutions' two; the multiply reads its own
+    x[1, 5, 2, 2], x[0, 7, 4, 6] = float("nan"), float("inf")
+    with torch.no_grad():
+        for got, want in zip(strat(x), model(x), strict=True):
+            assert_nonfinite_close(got, want, rtol=1e-4, atol=1e-4)
     strat.close()
 
 
