@@ -212,9 +212,9 @@ def convert(t: LayerRow) -> int:
 
 def view_copy(t: LayerRow) -> int:
     """A view that ``plan_nodes`` made a layer: a reshape that cannot view its input, or a transpose or a
-    slice its consumer cannot read where it lies (``TileOp.reads``). Copies the view in row-major order, its dims
-    merged where they step as one (Swin's 6-D windows are 4-D runs; MobileViT's unfold and fold of 2x2
-    patches stay 5-D or 6-D, the two dims before the last 4 in SQ_XOUTER)."""
+    slice its consumer cannot read where it lies (``TileOp.reads``). Copies the view in row-major order,
+    its dims merged where they step as one (Swin's 6-D windows are 4-D runs; MobileViT's unfold and fold
+    of 2x2 patches stay 5-D or 6-D, the two dims before the last 4 in SQ_XOUTER)."""
     x = t.view(t.args["self"])
     if op_name(t.node) not in RESHAPES:  # the same elements in the view's order; a reshape's is x's
         x = viewed(t.node, x)
