@@ -197,7 +197,7 @@ def _blocked(t: LayerRow, w: View, x: View, bits: int) -> int:
     )
     t.keep.append(packed)
     row = t.row
-    row[S_WPACK], row[S_WPACK_T], row[S_LAYOUT], row[S_POINTWISE] = packed.ctypes.data, PACK_BLOCKED, bits, 1
+    row[S_WPACK], row[S_WPACK_T], row[S_LAYOUT] = packed.ctypes.data, PACK_BLOCKED, bits
     if bits & BLK_IN:
         return 0
     return blocked_floats(x.shape[1], t.graph.largest_extent(t.index, 2) * out_shape(t.node)[3])

@@ -118,8 +118,10 @@ PW_VTI void sums_body(const int nv, const int regular, int64_t K8, const float *
         for (int v = 0; v < nv; v++) acc[q][v] = _mm256_setzero_ps();
     for (int64_t kb = 0; kb < K8 / 8; kb++) {
         const float *xb = x + kb * xs, *wk = w + kb * 8 * ws;
-        _mm_prefetch((const char *)(xb + 64), _MM_HINT_T0); /* the next 8 positions' 8 channels */
-        _mm_prefetch((const char *)(xb + 80), _MM_HINT_T0);
+        if (regular) { /* the next 8 positions' 8 channels (elsewhere the lines ahead are not these) */
+            _mm_prefetch((const char *)(xb + 64), _MM_HINT_T0);
+            _mm_prefetch((const char *)(xb + 80), _MM_HINT_T0);
+        }
 #pragma GCC unroll 8
         for (int j = 0; j < 8; j++) {
             __m256 wv[3];
@@ -238,9 +240,7 @@ void pw_block_input(int64_t K, int64_t P, const float *b, int64_t ldb, float *x)
         return;
     }
 #endif
-    const int64_t P4 = pw_blocked_positions(P);
-    for (int64_t k = 0; k < (K + 7) / 8 * 8; k++)
-        for (int64_t p = 0; p < P4; p++) x[((k / 8) * P4 + p) * 8 + k % 8] = k < K && p < P ? b[k * ldb + p] : 0.0f;
+    pw_block_input_strided(K, P, b, ldb, P, P, 0, 1, x); /* any CPU: position p is b's p */
 }
 
 void pw_gemm_blocked(int64_t rows, int64_t P, int64_t K, const float *wp, const pw_blocked_io *io, int act) {
