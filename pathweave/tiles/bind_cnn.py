@@ -61,6 +61,7 @@ from pathweave.tiles.abi import (
     S_DW,
     S_GROUPS,
     S_KH,
+    S_KW,
     S_LAYOUT,
     S_NAUX,
     S_OP,
@@ -82,7 +83,7 @@ from pathweave.tiles.abi import (
     S_YSTRIDE,
     SLOTS,
 )
-from pathweave.tiles.blocked import channel_ranges, layout_bits
+from pathweave.tiles.blocked import channel_ranges, layout_bits, window_capable
 from pathweave.tiles.conv_layout import NARROW_MAX_POSITIONS, conv_layout, is_depthwise
 from pathweave.tiles.maps import as_ints
 from pathweave.tiles.resize import kernel_tables, resize_of
@@ -161,15 +162,10 @@ def conv(t: LayerRow) -> int:
         raise NoKernel("tiles must span whole output rows")
     if is_depthwise(node):
         return _depthwise(t, x)
-    bits = layout_bits(node, t.blocked) if t.blocked else 0
-    if bits:  # a 1x1 layer next to channel-blocked activations (tiles/blocked.py)
-        return _blocked(t, w, x, bits)
-    # narrow tiles and padded inputs take the transposed micro-kernel, 3x3 layers Winograd's, at every
-    # instruction set level (the C picks each kernel's width at run time); they need the weights in panels
-    # of the transposed kernel's height
     layout = conv_layout(node, t.winograd_min_channels)
-    if layout == "winograd" and is_constant(args["weight"]):
-        return _winograd(t, w)
+    scratch = _own_kernel(t, w, x, layout)
+    if scratch is not None:
+        return scratch
     if layout == "winograd":  # a weight given at run time: the direct kernels read it as it comes
         layout = None
     packed = _packed(args["weight"], w, int(args["groups"]), PANEL_ROWS_T) if layout else None
@@ -183,6 +179,20 @@ def conv(t: LayerRow) -> int:
     # takes this decision from the row, so the scratch sized here always fits what it does
     row[S_POINTWISE] = kh == kw == 1 and (sh, sw, ph, pw) == (1, 1, 0, 0) and out[2:] == x.shape[2:]
     return _conv_scratch(t, x, layout, k=x.shape[1] // int(args["groups"]) * kh * kw)
+
+
+def _own_kernel(t: LayerRow, w: View, x: View, layout: str | None) -> int | None:
+    """The scratch of a layer bound to a kernel of its own (channel-blocked, Winograd), None for the
+    packed micro-kernels. Narrow tiles and padded inputs take the transposed micro-kernel, 3x3 layers
+    Winograd's, at every instruction set level (the C picks each kernel's width at run time)."""
+    bits = layout_bits(t.node, t.blocked) if t.blocked else 0
+    if bits:  # a 1x1 layer next to channel-blocked activations (tiles/blocked.py)
+        return _blocked(t, w, x, bits)
+    if window_capable(t.node, t.graph, t.index, t.isa, layout):
+        return _window(t, w, x)
+    if layout == "winograd" and is_constant(t.args["weight"]):
+        return _winograd(t, w)
+    return None
 
 
 def _blocked(t: LayerRow, w: View, x: View, bits: int) -> int:
@@ -203,11 +213,31 @@ def _blocked(t: LayerRow, w: View, x: View, bits: int) -> int:
     return blocked_floats(x.shape[1], t.graph.largest_extent(t.index, 2) * out_shape(t.node)[3])
 
 
+def _window(t: LayerRow, w: View, x: View) -> int:
+    """A kh x kw layer on the same kernel (``window_capable``): its weights packed as ``_blocked``'s with
+    each block of 8 input channels' taps in turn ([C8 / 8][taps][8] per row); the scratch of its input's
+    blocked copy, zero-padded rows ([C8 / 8][rows][Wp][8])."""
+    ranges = channel_ranges(t.graph, t.index)
+    assert ranges is not None  # window_capable took only layers with such ranges
+    packed = packed_once(
+        t.args["weight"], ("blocked", tuple(ranges)), lambda: _pack_blocked(w.array(), ranges)
+    )
+    t.keep.append(packed)
+    row = t.row
+    row[S_WPACK], row[S_WPACK_T], row[S_LAYOUT] = packed.ctypes.data, PACK_BLOCKED, 0
+    kh, kw, st = (int(row[s]) for s in (S_KH, S_KW, S_SH))
+    rows = (t.graph.largest_extent(t.index, 2) - 1) * st + kh
+    return -(-x.shape[1] // 8) * 8 * rows * ((out_shape(t.node)[3] - 1) * st + kw)
+
+
 def _pack_blocked(w: np.ndarray, ranges: list[tuple[int, int]]) -> np.ndarray:
-    o, k = w.shape[0], int(np.prod(w.shape[1:]))
-    k8 = -(-k // 8) * 8
-    flat = np.zeros((o, k8), dtype=np.float32)
-    flat[:, :k] = w.reshape(o, k)
+    """Weights [O][C][kh][kw] as ``pw_gemm_blocked`` reads them: per channel range of the tiles, groups of
+    24 rows (the last 8 or 16 wide), each [C8 / 8][taps][8][width], zeros past C."""
+    o, c, taps = w.shape[0], w.shape[1], int(np.prod(w.shape[2:]))
+    c8 = -(-c // 8) * 8
+    blocks = np.zeros((o, c8, taps), dtype=np.float32)
+    blocks[:, :c] = w.reshape(o, c, taps)
+    flat = blocks.reshape(o, c8 // 8, 8, taps).transpose(0, 1, 3, 2).reshape(o, c8 * taps)
     pieces = [flat[g : min(g + 24, b)].T.ravel() for a, b in ranges for g in range(a, b, 24)]
     return np.ascontiguousarray(np.concatenate(pieces))
 

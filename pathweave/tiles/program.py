@@ -24,6 +24,8 @@ from pathweave.tiles.abi import (
     K_DWPW,
     PACKS,
     S_GROUPS,
+    S_KH,
+    S_KW,
     S_OP,
     S_OSHAPE,
     S_OUT,
@@ -85,13 +87,14 @@ def build_program(
         return v
 
     rows = np.zeros((graph.num_layers, SLOTS), dtype=np.int64)
-    blocked = blocked_values(gm, graph, gemm_isa())
+    isa = gemm_isa()
+    blocked = blocked_values(gm, graph, isa)
     failed: dict[str, str] = {}
     scratch = 0
     for i, name in enumerate(graph.layer_names):
         node = nodes[str(name)]
         layer = LayerRow(
-            node, bound_args(node), rows[i], view, graph, i, keep, winograd_min_channels, blocked
+            node, bound_args(node), rows[i], view, graph, i, keep, winograd_min_channels, blocked, isa
         )
         layer.row[S_OUT] = bases[node].ctypes.data
         layer.row[S_OSHAPE : S_OSHAPE + 4] = pad4(out_shape(node), 1)
@@ -180,7 +183,7 @@ CONV_KERNELS = {PACKS[None]: "direct", PACKS["narrow"]: "narrow", PACKS["padded"
 def kernel_names(layers: np.ndarray) -> list[str]:
     """Which path each convolution row of a program takes ("winograd", "padded", "narrow", "direct" on the
     packed micro-kernels, "1x1" on the input as it lies, "1x1 blocked" next to channel-blocked activations
-    (``tiles/blocked.py``), "depthwise",
+    (``tiles/blocked.py``), "window blocked" (a kh x kw window on that kernel), "depthwise",
     "depthwise+1x1" (``fuse_depthwise``), "sgemm"); "" for other layers."""
     names = []
     for row in layers:
@@ -192,7 +195,11 @@ def kernel_names(layers: np.ndarray) -> list[str]:
             names.append("")
         elif row[S_WPACK]:
             kind = CONV_KERNELS[int(row[S_WPACK_T])]
-            names.append("1x1" if kind == "direct" and row[S_POINTWISE] else kind)
+            if kind == "direct" and row[S_POINTWISE]:
+                kind = "1x1"
+            elif kind == "1x1 blocked" and row[S_KH] * row[S_KW] > 1:
+                kind = "window blocked"
+            names.append(kind)
         else:  # OpenBLAS, or tile_kernels.c's depthwise loop (windows of more taps than tile_depthwise.c's)
             depthwise = row[S_XSHAPE + 1] == row[S_GROUPS] and not row[S_POINTWISE]  # tile_kernels.c's test
             names.append("depthwise loop" if depthwise else "sgemm")

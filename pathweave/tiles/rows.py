@@ -58,7 +58,8 @@ class LayerRow:
     """One layer as its binder sees it: the node and its arguments by schema name, the int64 row to fill
     (``S_OUT`` and ``S_OSHAPE`` set already), ``view`` to find a tensor argument, the tile graph and the
     layer's index in it (tile extents size the scratch), ``keep`` for arrays the C side reads, the
-    strategy's Winograd threshold (``conv_layout``) and the layers whose outputs are channel-blocked."""
+    strategy's Winograd threshold (``conv_layout``), the layers whose outputs are channel-blocked and the
+    kernels' instruction set level (``runtime.gemm_isa``)."""
 
     node: torch.fx.Node
     args: dict[str, Any]
@@ -69,6 +70,7 @@ class LayerRow:
     keep: list[np.ndarray]
     winograd_min_channels: int
     blocked: frozenset[str] = frozenset()  # the layers whose outputs are channel-blocked (tiles/blocked.py)
+    isa: str = "generic"
 
 
 #: fills a layer's row; returns the scratch floats one of its tiles needs, or raises NoKernel

@@ -12,7 +12,7 @@ import torch
 import pathweave
 from pathweave.tiles import runtime as tile_runtime
 from pathweave.tiles.abi import BLK_IN, BLK_OUT, BLK_RES, S_LAYOUT
-from pathweave.tiles.blocked import BLOCKED_ISAS, blocked_values
+from pathweave.tiles.blocked import BLOCKED_ISAS, WINDOW_ISAS, blocked_values
 from pathweave.tiles.program import kernel_names
 from pathweave.tiles.strategy import TilesStrategy
 from tests.conftest import assert_nonfinite_close
@@ -139,6 +139,108 @@ def test_a_program_built_at_avx2_runs_at_the_generic_level(outputs_close) -> Non
     try:
         strat = TilesStrategy(pathweave.capture(net, x), threads=2)
         assert "1x1 blocked" in kernel_names(strat.program.layers)
+        tile_runtime.use_gemm_isa("generic")
+        with torch.no_grad():
+            outputs_close(strat(x), net(x), rtol=1e-5, atol_scale=1e-5)
+        strat.close()
+    finally:
+        tile_runtime.use_gemm_isa(chosen)
+
+
+class _Windows(torch.nn.Module):
+    """Inception-style windows on the same kernel (``window_capable``): 1x7 and 7x1 with their padding,
+    a 3x3 of stride 2 without padding, a 5x5, a 1x3 with a residual and a 3x3 of stride 2 with padding
+    and SiLU (an activation the kernel leaves to the epilogue)."""
+
+    def __init__(self, c: int, mid: int) -> None:
+        super().__init__()
+        self.a = torch.nn.Conv2d(c, mid, (1, 7), padding=(0, 3))
+        self.b = torch.nn.Conv2d(mid, c, (7, 1), padding=(3, 0))
+        self.five = torch.nn.Conv2d(c, mid, 5, padding=2)
+        self.wide = torch.nn.Conv2d(mid, c, (1, 3), padding=(0, 1))
+        self.down = torch.nn.Conv2d(c, mid, 3, stride=2)
+        self.down_pad = torch.nn.Conv2d(mid, c, 3, stride=2, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.b(torch.relu(self.a(x))))
+        y = self.wide(torch.relu(self.five(y))) + y
+        return torch.nn.functional.silu(self.down_pad(torch.relu(self.down(y))))
+
+
+#: (channels, middle channels, height, width): 1, 3 and 5 vectors of 8 (groups of 24 and a last of 16),
+#: maps whose rows are no multiple of the kernel's 4 positions, odd maps under the stride-2 windows
+WINDOW_CASES = [(8, 24, 9, 7), (16, 40, 17, 17), (24, 8, 11, 13)]
+
+
+@pytest.mark.parametrize("case", WINDOW_CASES, ids=lambda c: "c{}_m{}_{}x{}".format(*c))
+def test_windows_on_the_blocked_kernel_match_eager(level: str, case: tuple, outputs_close) -> None:  # noqa: ANN001
+    c, mid, h, w = case
+    torch.manual_seed(0)
+    net = _Windows(c, mid).eval()
+    shape = (2, c, h, w)
+    strat = TilesStrategy(pathweave.capture(net, torch.randn(shape)), threads=2)
+    try:
+        windows = kernel_names(strat.program.layers).count("window blocked")
+        assert windows == (6 if level in WINDOW_ISAS else 0)
+        for seed in range(2):
+            x = torch.randn(shape, generator=torch.Generator().manual_seed(seed))
+            with torch.no_grad():
+                outputs_close(strat(x), net(x), rtol=1e-5, atol_scale=1e-5)
+        with torch.no_grad():
+            got, want = strat(_nonfinite(shape)), net(_nonfinite(shape))
+        assert_nonfinite_close(got, want, rtol=1e-4, atol=1e-4)
+    finally:
+        strat.close()
+
+
+def test_windows_split_into_channel_tiles_match_eager(outputs_close) -> None:  # noqa: ANN001
+    """Many channels over few rows: a layer's tiles split its channels, each tile reading the worker's
+    kept copy of the input rows (or making its own where the rows differ)."""
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(64, 192, (7, 1), padding=(3, 0)), torch.nn.ReLU()).eval()
+    x = torch.randn(1, 64, 17, 17)
+    strat = TilesStrategy(pathweave.capture(net, x), threads=2)
+    try:
+        graph = strat.graph
+        channel_starts = {int(v) for v in graph.tile_lo[: graph.layer_tile_start[1], 1]}
+        assert len(channel_starts) > 1
+        with torch.no_grad():
+            for _ in range(3):
+                outputs_close(strat(x), net(x), rtol=1e-5, atol_scale=1e-5)
+    finally:
+        strat.close()
+
+
+def test_which_windows_take_the_blocked_kernel() -> None:
+    """Not: channels no multiple of 8, groups, dilation, unequal strides, Winograd's 3x3 layers."""
+    layers = {
+        "odd_channels": torch.nn.Conv2d(12, 16, 3, padding=1),
+        "groups": torch.nn.Conv2d(16, 16, 3, padding=1, groups=2),
+        "dilated": torch.nn.Conv2d(16, 16, 3, padding=2, dilation=2),
+        "strides": torch.nn.Conv2d(16, 16, 3, stride=(1, 2)),
+        "winograd": torch.nn.Conv2d(32, 32, 3, padding=1),
+        "taken": torch.nn.Conv2d(16, 16, (1, 7), padding=(0, 3)),
+    }
+    for name, layer in layers.items():
+        x = torch.randn(1, layer.in_channels, 16, 16)
+        strat = TilesStrategy(pathweave.capture(layer.eval(), x), threads=1)
+        try:
+            names = kernel_names(strat.program.layers)
+            assert ("window blocked" in names) == (name == "taken" and tile_runtime.gemm_isa() in WINDOW_ISAS)
+        finally:
+            strat.close()
+
+
+@pytest.mark.skipif("avx2" not in tile_runtime.runnable_gemm_isas(), reason="this CPU has no AVX2")
+def test_a_window_built_at_avx2_runs_at_the_generic_level(outputs_close) -> None:  # noqa: ANN001
+    torch.manual_seed(0)
+    net = _Windows(16, 24).eval()
+    x = torch.randn(1, 16, 9, 11)
+    chosen = tile_runtime.gemm_isa()
+    tile_runtime.use_gemm_isa("avx2")
+    try:
+        strat = TilesStrategy(pathweave.capture(net, x), threads=2)
+        assert "window blocked" in kernel_names(strat.program.layers)
         tile_runtime.use_gemm_isa("generic")
         with torch.no_grad():
             outputs_close(strat(x), net(x), rtol=1e-5, atol_scale=1e-5)

@@ -396,6 +396,7 @@ def test_transposed_kernel_layers_on_every_instruction_set(
 
     monkeypatch.setattr(conv_layout, "PADDED_WIDTH_PER_PAD", 14)  # a 3x3 window over 7x7 on "narrow" (im2col)
     monkeypatch.setattr(blocked, "BLOCKED_ISAS", ())  # 1x1 layers on the transposed kernel, not tile_gemm_b.c
+    monkeypatch.setattr(blocked, "WINDOW_ISAS", ())  # windows too (test_blocked.py tests that kernel)
     torch.manual_seed(0)
     net = model().eval()
     # winograd_min_channels=10**9: their 3x3 layers, not Winograd's

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import pathweave
+from pathweave.tiles import blocked
 from pathweave.tiles import runtime as tile_runtime
 from pathweave.tiles.abi import PACKS, S_WPACK_T
 from pathweave.tiles.bind_cnn import winograd_weights
@@ -171,18 +172,24 @@ def test_weight_transform_is_g_g_gt() -> None:
     assert not packed[1::2, :, 4:].any()  # rows past the 20 channels are zero
 
 
-def test_kernel_names_name_each_convolution_path() -> None:
+def test_kernel_names_name_each_convolution_path(monkeypatch) -> None:  # noqa: ANN001
     net = torch.nn.Sequential(
         torch.nn.Conv2d(32, 32, 3, padding=1),  # winograd
         torch.nn.Conv2d(32, 64, 1),  # 1x1 on the input as it lies
         torch.nn.Conv2d(64, 64, 3, padding=1, groups=64),  # depthwise
-        torch.nn.Conv2d(64, 64, 3, stride=2, padding=1),  # padded (stride 2)
+        torch.nn.Conv2d(64, 64, 3, stride=2, padding=1),  # padded (stride 2), or the blocked kernel's window
     ).eval()
-    strat = TilesStrategy(pathweave.capture(net, torch.randn(1, 32, 16, 16)), threads=1)
+    captured = pathweave.capture(net, torch.randn(1, 32, 16, 16))
+    strat = TilesStrategy(captured, threads=1)
+    window = "window blocked" if tile_runtime.gemm_isa() in blocked.WINDOW_ISAS else "padded"
+    monkeypatch.setattr(blocked, "WINDOW_ISAS", ())
+    transposed = TilesStrategy(captured, threads=1)
     try:
-        assert kernel_names(strat.program.layers) == ["winograd", "1x1", "depthwise", "padded"]
+        assert kernel_names(strat.program.layers) == ["winograd", "1x1", "depthwise", window]
+        assert kernel_names(transposed.program.layers) == ["winograd", "1x1", "depthwise", "padded"]
     finally:
         strat.close()
+        transposed.close()
 
 
 def test_winograd_min_channels_turns_winograd_off(outputs_close) -> None:

@@ -91,6 +91,8 @@ typedef struct {
     const float *bias, *res;
     int64_t rs;
     int layout;
+    int64_t taps;        /* a window (pw_conv_window): its taps, read at x + toff[t] on; 0 for a 1x1 layer */
+    const int64_t *toff;
 } pw_blocked_io;
 static inline int64_t pw_blocked_positions(int64_t P) { return (P + 3) / 4 * 4; }
 static inline int64_t pw_blocked_floats(int64_t K, int64_t P) { return (K + 7) / 8 * 8 * pw_blocked_positions(P); }
@@ -101,6 +103,14 @@ void pw_block_input(int64_t K, int64_t P, const float *b, int64_t ldb, float *x)
 void pw_block_input_strided(int64_t K, int64_t P, const float *b, int64_t ldb, int64_t w, int64_t ow, int64_t pos0,
                             int64_t stride, float *x);
 void pw_gemm_blocked(int64_t rows, int64_t P, int64_t K, const float *wp, const pw_blocked_io *io, int act);
+/* a window's input rows r0 .. r0 + rows - 1 of an NCHW image (C channels, H x W; rows outside [0, H) zero)
+ * as blocks of zero-padded rows, [(C + 7) / 8][rows][Wp][8]: column c holds input column c - pad, zero
+ * outside [0, used) and past C */
+/* the most taps of a window on this kernel (Python checks) */
+#define PW_WINDOW_TAPS 64
+void pw_block_padded(int64_t C, int64_t H, int64_t W, const float *x, int64_t r0, int64_t rows, int64_t pad,
+                     int64_t used, int64_t Wp, float *out);
+
 
 /* floats of a zero-padded input copy of C planes, rounded up to 16 (what follows is 64-byte aligned) */
 static inline int64_t pw_padded_floats(int64_t C, int64_t plane) { return (C * plane + 15) / 16 * 16; }

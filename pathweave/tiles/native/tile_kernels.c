@@ -220,6 +220,32 @@ static void conv_blocked(const int64_t *L, const float *xn, float *scratch, int6
     pw_gemm_blocked(o1 - o0, P, C, in_f(L[S_WPACK]) + o0 * K8, &io, (int)L[S_ACT]);
 }
 
+/* a kh x kw window (stride st both ways) by the same kernel, vectors along the output channels: the tile's
+ * input rows copied once per worker into channel blocks of zero-padded rows (pw_block_padded, kept for the
+ * layer's other channel tiles over the same rows), each tap a shift of that copy; the output NCHW */
+static void conv_window(const int64_t *L, const float *xn, float *scratch, int64_t stamp, int64_t n, int64_t oh0,
+                        int64_t oh1, int64_t o0, int64_t o1, float *on, const float *rn) {
+    const int64_t C = L[S_XSHAPE + 1], H = L[S_XSHAPE + 2], W = L[S_XSHAPE + 3];
+    const int64_t HW = L[S_OSHAPE + 2] * L[S_OSHAPE + 3], OW = L[S_OSHAPE + 3], st = L[S_SH];
+    const int64_t kh = L[S_KH], kw = L[S_KW], ph = L[S_PH], pw = L[S_PW], taps = kh * kw;
+    const int64_t Wp = (OW - 1) * st + kw, rows = (oh1 - oh0 - 1) * st + kh, C8 = (C + 7) / 8 * 8;
+    const int64_t used = W < Wp - pw ? W : Wp - pw; /* the input columns some window reads */
+    int64_t toff[PW_WINDOW_TAPS];
+    for (int64_t i = 0; i < kh; i++)
+        for (int64_t j = 0; j < kw; j++) toff[i * kw + j] = (i * Wp + j) * 8;
+    int64_t *key = (int64_t *)scratch;
+    const int64_t want[6] = {(int64_t)(intptr_t)L, stamp, n, -3, oh0, oh1};
+    float *xb = scratch + PW_SCRATCH_HEADER;
+    if (memcmp(key, want, sizeof want)) { /* kept for the layer's other channel tiles */
+        pw_block_padded(C, H, W, xn, oh0 * st - ph, rows, pw, used, Wp, xb);
+        memcpy(key, want, sizeof want);
+    }
+    const float *bias = in_f(L[S_BIAS]);
+    pw_blocked_io io = {xb, rows * Wp * 8, st, Wp, OW, 0, on + o0 * HW + oh0 * OW, HW, bias ? bias + o0 : NULL,
+                        rn ? rn + o0 * HW + oh0 * OW : NULL, HW, 0, taps, toff};
+    pw_gemm_blocked(o1 - o0, (oh1 - oh0) * OW, C, in_f(L[S_WPACK]) + o0 * C8 * taps, &io, (int)L[S_ACT]);
+}
+
 static int conv_tile(const int64_t *L, const int32_t *lo, const int32_t *hi, float *scratch,
                      pw_sgemm_fn sgemm, int64_t stamp) {
     const float *x = in_f(L[S_X]), *w = in_f(L[S_W]), *bias = in_f(L[S_BIAS]), *res = in_f(L[S_Y]);
@@ -252,6 +278,10 @@ static int conv_tile(const int64_t *L, const int32_t *lo, const int32_t *hi, flo
             const int64_t o1 = hi[1] < (g + 1) * og ? hi[1] : (g + 1) * og;
             if (wpack && L[S_WPACK_T] == PW_PACK_WINOGRAD) { /* one group (Python checks) */
                 pw_conv_winograd(L, xn, scratch, stamp, n, oh0, oh1, o0, o1, on, rn);
+                continue;
+            }
+            if (wpack && L[S_WPACK_T] == PW_PACK_BLOCKED && kh * kw > 1) { /* one group (Python checks) */
+                conv_window(L, xn, scratch, stamp, n, oh0, oh1, o0, o1, on, rn);
                 continue;
             }
             if (wpack && L[S_WPACK_T] == PW_PACK_BLOCKED) { /* 1x1, one group (Python checks) */
