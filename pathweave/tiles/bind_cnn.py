@@ -83,7 +83,7 @@ from pathweave.tiles.abi import (
     S_YSTRIDE,
     SLOTS,
 )
-from pathweave.tiles.blocked import channel_ranges, layout_bits, window_capable
+from pathweave.tiles.blocked import blocked_capable, channel_ranges, layout_bits, window_capable
 from pathweave.tiles.conv_layout import NARROW_MAX_POSITIONS, conv_layout, is_depthwise
 from pathweave.tiles.maps import as_ints
 from pathweave.tiles.resize import kernel_tables, resize_of
@@ -185,8 +185,10 @@ def _own_kernel(t: LayerRow, w: View, x: View, layout: str | None) -> int | None
     """The scratch of a layer bound to a kernel of its own (channel-blocked, Winograd), None for the
     packed micro-kernels. Narrow tiles and padded inputs take the transposed micro-kernel, 3x3 layers
     Winograd's, at every instruction set level (the C picks each kernel's width at run time)."""
+    # a 1x1 layer on the blocked kernel (tiles/blocked.py): next to channel-blocked activations, or NCHW
+    # in and out (its input copied into blocks per tile)
     bits = layout_bits(t.node, t.blocked) if t.blocked else 0
-    if bits:  # a 1x1 layer next to channel-blocked activations (tiles/blocked.py)
+    if bits or blocked_capable(t.node, t.graph, t.index, t.isa):
         return _blocked(t, w, x, bits)
     if window_capable(t.node, t.graph, t.index, t.isa, layout):
         return _window(t, w, x)

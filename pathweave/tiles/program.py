@@ -182,7 +182,7 @@ CONV_KERNELS = {PACKS[None]: "direct", PACKS["narrow"]: "narrow", PACKS["padded"
 
 def kernel_names(layers: np.ndarray) -> list[str]:
     """Which path each convolution row of a program takes ("winograd", "padded", "narrow", "direct" on the
-    packed micro-kernels, "1x1" on the input as it lies, "1x1 blocked" next to channel-blocked activations
+    packed micro-kernels, "1x1" on the input as it lies, "1x1 blocked" on the channel-blocked kernel
     (``tiles/blocked.py``), "window blocked" (a kh x kw window on that kernel), "depthwise",
     "depthwise+1x1" (``fuse_depthwise``), "sgemm"); "" for other layers."""
     names = []

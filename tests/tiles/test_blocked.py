@@ -188,6 +188,21 @@ def test_windows_split_into_channel_tiles_match_eager(outputs_close) -> None:  #
         strat.close()
 
 
+@pytest.mark.parametrize("padding", [3, 50, 1000])
+def test_a_padding_wider_than_every_window(padding: int, outputs_close) -> None:  # noqa: ANN001
+    """One output column whose window lies in the padding (Wp = kw < the padding): the copy wrote the
+    padding's zeros past each row and past the scratch (found by a hostile test: heap corruption)."""
+    net = torch.nn.Conv2d(8, 8, 2, stride=2 * padding + 1, padding=(0, padding)).eval()
+    x = torch.randn(1, 8, 2, 1)
+    for _ in range(3):
+        strat = TilesStrategy(pathweave.capture(net, x), threads=1)
+        try:
+            with torch.no_grad():
+                outputs_close(strat(x), net(x), rtol=1e-5, atol_scale=1e-5)
+        finally:
+            strat.close()
+
+
 def test_which_windows_take_the_blocked_kernel() -> None:
     """Not: channels no multiple of 8, groups, dilation, unequal strides, Winograd's 3x3 layers."""
     layers = {

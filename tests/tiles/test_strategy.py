@@ -420,8 +420,11 @@ def test_transposed_kernel_layers_on_every_instruction_set(
         strat.close()
 
 
-def test_few_output_channels_keep_the_packed_kernels(outputs_close) -> None:
+def test_few_output_channels_keep_the_packed_kernels(outputs_close, monkeypatch) -> None:  # noqa: ANN001
+    from pathweave.tiles import blocked
     from pathweave.tiles.abi import S_WPACK, S_WPACK_T
+
+    monkeypatch.setattr(blocked, "BLOCKED_ISAS", ())  # the row-vector kernel's panels, not tile_gemm_b.c
 
     model = torch.nn.Sequential(torch.nn.Conv2d(64, 12, 3, padding=1), torch.nn.Conv2d(12, 256, 1),
                                 torch.nn.Conv2d(256, 8, 1)).eval()  # fmt: skip

@@ -175,17 +175,19 @@ def test_weight_transform_is_g_g_gt() -> None:
 def test_kernel_names_name_each_convolution_path(monkeypatch) -> None:  # noqa: ANN001
     net = torch.nn.Sequential(
         torch.nn.Conv2d(32, 32, 3, padding=1),  # winograd
-        torch.nn.Conv2d(32, 64, 1),  # 1x1 on the input as it lies
+        torch.nn.Conv2d(32, 64, 1),  # 1x1 on the input as it lies, or the blocked kernel
         torch.nn.Conv2d(64, 64, 3, padding=1, groups=64),  # depthwise
         torch.nn.Conv2d(64, 64, 3, stride=2, padding=1),  # padded (stride 2), or the blocked kernel's window
     ).eval()
     captured = pathweave.capture(net, torch.randn(1, 32, 16, 16))
     strat = TilesStrategy(captured, threads=1)
     window = "window blocked" if tile_runtime.gemm_isa() in blocked.WINDOW_ISAS else "padded"
+    pointwise = "1x1 blocked" if tile_runtime.gemm_isa() in blocked.BLOCKED_ISAS else "1x1"
     monkeypatch.setattr(blocked, "WINDOW_ISAS", ())
+    monkeypatch.setattr(blocked, "BLOCKED_ISAS", ())
     transposed = TilesStrategy(captured, threads=1)
     try:
-        assert kernel_names(strat.program.layers) == ["winograd", "1x1", "depthwise", window]
+        assert kernel_names(strat.program.layers) == ["winograd", pointwise, "depthwise", window]
         assert kernel_names(transposed.program.layers) == ["winograd", "1x1", "depthwise", "padded"]
     finally:
         strat.close()

@@ -105,7 +105,7 @@ void pw_block_input_strided(int64_t K, int64_t P, const float *b, int64_t ldb, i
 void pw_gemm_blocked(int64_t rows, int64_t P, int64_t K, const float *wp, const pw_blocked_io *io, int act);
 /* a window's input rows r0 .. r0 + rows - 1 of an NCHW image (C channels, H x W; rows outside [0, H) zero)
  * as blocks of zero-padded rows, [(C + 7) / 8][rows][Wp][8]: column c holds input column c - pad, zero
- * outside [0, used) and past C */
+ * outside [0, used) and past C; used <= Wp - pad, and 0 where pad >= Wp */
 /* the most taps of a window on this kernel (Python checks) */
 #define PW_WINDOW_TAPS 64
 void pw_block_padded(int64_t C, int64_t H, int64_t W, const float *x, int64_t r0, int64_t rows, int64_t pad,

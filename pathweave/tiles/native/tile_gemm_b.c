@@ -287,7 +287,8 @@ void pw_block_padded(int64_t C, int64_t H, int64_t W, const float *x, int64_t r0
                 memset(d, 0, sizeof(float) * Wp * 8);
                 continue;
             }
-            memset(d, 0, sizeof(float) * pad * 8);
+            const int64_t lead = pad < Wp ? pad : Wp; /* a padding wider than every window: all zeros */
+            memset(d, 0, sizeof(float) * lead * 8);
             const float *src = x + (cb * 8 * H + ih) * W;
             int64_t c = 0;
 #ifdef PW_B_X86
@@ -298,7 +299,7 @@ void pw_block_padded(int64_t C, int64_t H, int64_t W, const float *x, int64_t r0
 #endif
             for (; c < used; c++)
                 for (int64_t i = 0; i < 8; i++) d[(pad + c) * 8 + i] = cb * 8 + i < C ? src[i * H * W + c] : 0.0f;
-            memset(d + (pad + used) * 8, 0, sizeof(float) * (Wp - pad - used) * 8);
+            memset(d + (lead + used) * 8, 0, sizeof(float) * (Wp - lead - used) * 8);
         }
 }
 

@@ -229,7 +229,8 @@ static void conv_window(const int64_t *L, const float *xn, float *scratch, int64
     const int64_t HW = L[S_OSHAPE + 2] * L[S_OSHAPE + 3], OW = L[S_OSHAPE + 3], st = L[S_SH];
     const int64_t kh = L[S_KH], kw = L[S_KW], ph = L[S_PH], pw = L[S_PW], taps = kh * kw;
     const int64_t Wp = (OW - 1) * st + kw, rows = (oh1 - oh0 - 1) * st + kh, C8 = (C + 7) / 8 * 8;
-    const int64_t used = W < Wp - pw ? W : Wp - pw; /* the input columns some window reads */
+    /* the input columns some window reads (none where the padding is wider than every window) */
+    const int64_t used = W < Wp - pw ? W : Wp - pw > 0 ? Wp - pw : 0;
     int64_t toff[PW_WINDOW_TAPS];
     for (int64_t i = 0; i < kh; i++)
         for (int64_t j = 0; j < kw; j++) toff[i * kw + j] = (i * Wp + j) * 8;
