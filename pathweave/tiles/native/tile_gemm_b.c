@@ -126,11 +126,12 @@ PW_VTI void store_quad(__m256 a[4], int nq, float *c, int64_t ldc, int c_blk, co
 }
 
 /* the sums of one quad of positions (at x + qo[q] within each block of 8 input channels, xs apart) for nv
- * vectors of channels (weights w: [K8][taps][8][8 nv]); a window's taps read the block at toff[t] on */
+ * vectors of channels (weights w: [K8][8 nv]; a window's [K8 / 8][taps][8][8 nv], its taps reading the
+ * block at toff[t] on) */
 PW_VTI void sums_body(const int nv, const int regular, const int window, int64_t K8, int64_t taps,
                       const int64_t *toff, const float *w, const float *x, int64_t xs, const int64_t *qo,
                       __m256 *out) {
-    const int64_t ws = 8 * nv, nt = window ? taps : 1;
+    const int64_t ws = 8 * nv;
     __m256 acc[4][3];
 #pragma GCC unroll 4
     for (int q = 0; q < 4; q++)
@@ -140,7 +141,7 @@ PW_VTI void sums_body(const int nv, const int regular, const int window, int64_t
         const float *x0 = x + qo[0], *x1 = x + qo[1], *x2 = x + qo[2], *x3 = x + qo[3];
         const float *wk = w;
         for (int64_t kb = 0; kb < K8 / 8; kb++)
-            for (int64_t t = 0; t < nt; t++, wk += 8 * ws) {
+            for (int64_t t = 0; t < taps; t++, wk += 8 * ws) {
                 const int64_t o = kb * xs + toff[t];
 #pragma GCC unroll 8
                 for (int j = 0; j < 8; j++) {
@@ -160,9 +161,8 @@ PW_VTI void sums_body(const int nv, const int regular, const int window, int64_t
                 }
             }
     } else
-    for (int64_t kb = 0; kb < K8 / 8; kb++)
-    for (int64_t t = 0; t < nt; t++) {
-        const float *xb = x + kb * xs, *wk = w + (kb * nt + t) * 8 * ws;
+    for (int64_t kb = 0; kb < K8 / 8; kb++) {
+        const float *xb = x + kb * xs, *wk = w + kb * 8 * ws;
         if (regular) { /* the next 8 positions' 8 channels (elsewhere the lines ahead are not these) */
             _mm_prefetch((const char *)(xb + 64), _MM_HINT_T0);
             _mm_prefetch((const char *)(xb + 80), _MM_HINT_T0);
