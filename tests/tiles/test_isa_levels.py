@@ -99,6 +99,36 @@ def test_strided_max_pool_takes_nan_and_inf_in_every_column(level: str) -> None:
         strat.close()
 
 
+class _Stride1(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        f = torch.nn.functional
+        return f.max_pool2d(x, 3, 1, 1), f.avg_pool2d(x, 3, 1, 1)
+
+
+@pytest.mark.parametrize("hw", [(9, 8), (5, 9), (17, 17), (4, 16), (13, 35)])
+@pytest.mark.parametrize("tiles", [1, 3])
+def test_stride1_pools_run_across_row_ends(level: str, hw: tuple, tiles: int) -> None:
+    """At AVX2 the 3x3 stride-1 pools run over a plane's flat positions (pool3_flat: vectors cross row
+    ends): a NaN or an inf in any column of a row, first and last rows included, reaches exactly the
+    outputs whose windows hold it, the row pieces of several tiles included; max as eager bit for bit."""
+    net = _Stride1().eval()
+    h, w = hw
+    shape = (1, 2, h, w)
+    strat = TilesStrategy(pathweave.capture(net, torch.randn(shape)), threads=2, tiles_per_layer=tiles)
+    try:
+        for pos in range(0, h * w, 3):
+            x = torch.randn(shape, generator=torch.Generator().manual_seed(pos))
+            x[0, 0, pos // w, pos % w] = float("nan")
+            x[0, 1, (pos // w + 1) % h, pos % w] = float("inf")
+            with torch.no_grad():
+                got, want = strat(x), net(x)
+            torch.testing.assert_close(got[0], want[0], rtol=0, atol=0, equal_nan=True)
+            assert torch.equal(got[1].isnan(), want[1].isnan()), pos
+            torch.testing.assert_close(got[1], want[1], rtol=1e-6, atol=1e-6, equal_nan=True)
+    finally:
+        strat.close()
+
+
 def test_pools_read_a_channels_last_input(level: str) -> None:
     """A channels-last input is copied to the kernels' layout on the way in; the outputs stay eager's."""
     net = _Pools().eval()

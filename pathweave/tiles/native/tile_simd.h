@@ -33,6 +33,7 @@
 #undef VLOADZ_M
 #undef VLOADF_M
 #undef VSTORE_M
+#undef VBLEND_M
 
 #define PW_VCAT2(a, b) a##_##b
 #define PW_VCAT(a, b) PW_VCAT2(a, b)
@@ -57,6 +58,7 @@
 #define VLOADZ_M(m, p) _mm512_maskz_loadu_ps(m, p)
 #define VLOADF_M(fill, m, p) _mm512_mask_loadu_ps(fill, m, p)
 #define VSTORE_M(p, m, x) _mm512_mask_storeu_ps(p, m, x)
+#define VBLEND_M(m, a, b) _mm512_mask_blend_ps(m, a, b) /* b in the lanes of m, a elsewhere */
 #elif PW_VW == 8
 #define vf __m256
 #define vmask __m256i
@@ -76,6 +78,7 @@
 #define VLOADZ_M(m, p) _mm256_maskload_ps(p, m) /* masked lanes are neither read nor faulted */
 #define VLOADF_M(fill, m, p) _mm256_blendv_ps(fill, _mm256_maskload_ps(p, m), _mm256_castsi256_ps(m))
 #define VSTORE_M(p, m, x) vstore_m_8(p, m, x) /* vmaskmovps stores are microcoded on AMD: see there */
+#define VBLEND_M(m, a, b) _mm256_blendv_ps(a, b, _mm256_castsi256_ps(m))
 #else
 #error "PW_VW is 16 or 8"
 #endif
