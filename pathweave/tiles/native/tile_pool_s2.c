@@ -6,6 +6,11 @@
  * -inf, combined over the window's rows, then split into the even, odd and next-even columns; the max
  * keeps NaN as torch does. Only the columns the stored outputs read are loaded. One source for AVX-512
  * and AVX2 (tile_simd.h: the vector section at the end of the file is included once per width).
+ *
+ * A window whose three rows all lie inside the input (every row but the edges) combines them unrolled, no
+ * -inf to start from: alone on a Zen 3 (AVX2, the planes of a layer one after another) the 64x147x147,
+ * 192x71x71 and 64x112x112 pools took 0.73-0.78x the time of the row loop, 288x35x35 to 768x17x17
+ * 0.82-0.91x, 832x14x14 1.05x.
  */
 #ifndef PW_VW /* the file's body; the vector kernel is at its end */
 #include <math.h>
@@ -54,6 +59,7 @@ PW_VTI vf PW_V(load_row)(const float *r, int64_t c, int64_t end) {
 PW_VT static void PW_V(pool_s2)(const float *xc, int64_t RS, int64_t H, int64_t W, float *oc, int64_t OW,
                                 int64_t oh_lo, int64_t oh_hi, int64_t ow_lo, int64_t ow_hi, int64_t kh, int64_t kw,
                                 int64_t ph, int64_t pw) {
+    const int64_t ahead = pw_pool_prefetch; /* read once: a global is reloaded at every use otherwise */
     for (int64_t oh = oh_lo; oh < oh_hi; oh++) {
         const int64_t hs = oh * 2 - ph;
         const int64_t h0 = hs > 0 ? hs : 0, h1 = hs + kh < H ? hs + kh : H;
@@ -63,9 +69,24 @@ PW_VT static void PW_V(pool_s2)(const float *xc, int64_t RS, int64_t H, int64_t 
             const int64_t end = c + 2 * n + kw - 2 < W ? c + 2 * n + kw - 2 : W;
             vf a = VSET1(-INFINITY), b = a, last = a; /* last: column c + 2 PW_VW in every lane */
             const int third = kw == 3 && c + 2 * PW_VW >= 0 && c + 2 * PW_VW < end;
+            if (h1 - h0 == 3) { /* three rows inside the input (a 3-row window but the edges): unrolled */
+                const float *r0 = xc + h0 * RS, *r1 = r0 + RS, *r2 = r1 + RS;
+                _mm_prefetch((const char *)(r0 + c + ahead), _MM_HINT_T0);
+                _mm_prefetch((const char *)(r1 + c + ahead), _MM_HINT_T0);
+                _mm_prefetch((const char *)(r2 + c + ahead), _MM_HINT_T0);
+                /* a NaN anywhere reaches the result in any order (vmax_nan), so no -inf to start from */
+                a = PW_V(vmax_nan)(PW_V(vmax_nan)(PW_V(load_row)(r0, c, end), PW_V(load_row)(r1, c, end)),
+                                   PW_V(load_row)(r2, c, end));
+                b = PW_V(vmax_nan)(
+                    PW_V(vmax_nan)(PW_V(load_row)(r0, c + PW_VW, end), PW_V(load_row)(r1, c + PW_VW, end)),
+                    PW_V(load_row)(r2, c + PW_VW, end));
+                if (third)
+                    last = PW_V(vmax_nan)(PW_V(vmax_nan)(VSET1(r0[c + 2 * PW_VW]), VSET1(r1[c + 2 * PW_VW])),
+                                          VSET1(r2[c + 2 * PW_VW]));
+            } else
             for (int64_t ih = h0; ih < h1; ih++) {
                 const float *r = xc + ih * RS;
-                _mm_prefetch((const char *)(r + c + pw_pool_prefetch), _MM_HINT_T0);
+                _mm_prefetch((const char *)(r + c + ahead), _MM_HINT_T0);
                 a = PW_V(vmax_nan)(a, PW_V(load_row)(r, c, end));
                 b = PW_V(vmax_nan)(b, PW_V(load_row)(r, c + PW_VW, end));
                 /* in vectors: a scalar compare here was a branch on the data, mispredicted half the time */
