@@ -117,10 +117,10 @@ PW_VTI void PW_V(pool3_flat_as)(const float *xc, int64_t H, int64_t W, float *oc
     const int64_t lo = oh_lo > 0 ? p0 - W : 0, hi = oh_hi < H ? p1 + W : H * W;
     vf prev = PW_V(flat_rows3)(xc, p0 - PW_VW, W, lo, hi, fill, is_max);
     vf cur = PW_V(flat_rows3)(xc, p0, W, lo, hi, fill, is_max);
-    /* each lane's column, kept in [0, W) as the vectors advance (W >= PW_VW: one wrap at most) */
+    /* each lane's column, kept in [0, W) as the vectors advance (p0 starts a row, and W >= PW_VW: the first
+     * vector's columns are its lanes, and each step wraps at most once) */
     const __m256i w = _mm256_set1_epi32((int)W), last = _mm256_set1_epi32((int)W - 1), step = _mm256_set1_epi32(PW_VW);
     __m256i col = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    col = _mm256_sub_epi32(col, _mm256_andnot_si256(_mm256_cmpgt_epi32(w, col), w));
     for (int64_t q = p0; q < p1; q += PW_VW) {
         const vf next = PW_V(flat_rows3)(xc, q + PW_VW, W, lo, hi, fill, is_max);
         const vf left = VBLEND_M(_mm256_cmpeq_epi32(col, _mm256_setzero_si256()), PW_V(left_in)(prev, cur), fill);
