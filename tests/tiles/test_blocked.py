@@ -170,6 +170,28 @@ def test_windows_on_the_blocked_kernel_match_eager(level: str, case: tuple, outp
         strat.close()
 
 
+#: (input channels, map size, stride): a 3x3 window whose groups of 24 output channels hold more weights than
+#: the kernel's share (PW_SHARE_BYTES, 128 KB: 152 input channels x 9 taps x 24 x 4 bytes), so each quad's
+#: sums run over the input channels in shares and are kept between them: 160 channels in two shares, 328 in
+#: three (14, 14 and 13 blocks of 8), stride 2 with padding; 40 outputs: a group of 24 and one of 16
+SHARE_CASES = [(160, 7, 1), (328, 9, 2)]
+
+
+@pytest.mark.parametrize("case", SHARE_CASES, ids=lambda c: f"c{c[0]}_{c[1]}x{c[1]}_s{c[2]}")
+def test_windows_in_shares_of_input_channels_match_eager(level: str, case: tuple, outputs_close) -> None:  # noqa: ANN001
+    c, size, stride = case
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(c, 40, 3, stride=stride, padding=1), torch.nn.ReLU()).eval()
+    shape = (1, c, size, size)
+    strat = TilesStrategy(pathweave.capture(net, torch.randn(shape)), threads=2)
+    try:
+        windows = kernel_names(strat.program.layers).count("window blocked")
+        assert windows == (1 if level in WINDOW_ISAS else 0)
+        _matches_eager(strat, net, shape, outputs_close)
+    finally:
+        strat.close()
+
+
 def test_windows_split_into_channel_tiles_match_eager(outputs_close) -> None:  # noqa: ANN001
     """Many channels over few rows: a layer's tiles split its channels, each tile reading the worker's
     kept copy of the input rows (or making its own where the rows differ)."""
