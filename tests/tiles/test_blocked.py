@@ -159,12 +159,15 @@ WINDOW_CASES = [(8, 24, 9, 7), (16, 40, 17, 17), (24, 8, 11, 13)]
 def test_windows_on_the_blocked_kernel_match_eager(level: str, case: tuple, outputs_close) -> None:  # noqa: ANN001
     c, mid, h, w = case
     torch.manual_seed(0)
-    net = _Windows(c, mid).eval()
-    shape = (2, c, h, w)
+    windows = 6 if level in WINDOW_ISAS else 0
+    _windows_match_eager(_Windows(c, mid).eval(), (2, c, h, w), windows, outputs_close)
+
+
+def _windows_match_eager(net: torch.nn.Module, shape: tuple, windows: int, outputs_close) -> None:  # noqa: ANN001
+    """``net`` built at 2 workers has ``windows`` layers on the window kernel and matches eager."""
     strat = TilesStrategy(pathweave.capture(net, torch.randn(shape)), threads=2)
     try:
-        windows = kernel_names(strat.program.layers).count("window blocked")
-        assert windows == (6 if level in WINDOW_ISAS else 0)
+        assert kernel_names(strat.program.layers).count("window blocked") == windows
         _matches_eager(strat, net, shape, outputs_close)
     finally:
         strat.close()
@@ -182,14 +185,7 @@ def test_windows_in_shares_of_input_channels_match_eager(level: str, case: tuple
     c, size, stride = case
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Conv2d(c, 40, 3, stride=stride, padding=1), torch.nn.ReLU()).eval()
-    shape = (1, c, size, size)
-    strat = TilesStrategy(pathweave.capture(net, torch.randn(shape)), threads=2)
-    try:
-        windows = kernel_names(strat.program.layers).count("window blocked")
-        assert windows == (1 if level in WINDOW_ISAS else 0)
-        _matches_eager(strat, net, shape, outputs_close)
-    finally:
-        strat.close()
+    _windows_match_eager(net, (1, c, size, size), 1 if level in WINDOW_ISAS else 0, outputs_close)
 
 
 def test_windows_split_into_channel_tiles_match_eager(outputs_close) -> None:  # noqa: ANN001
