@@ -21,6 +21,8 @@ KOFF_PAD = 8
 BLK_IN, BLK_OUT, BLK_RES = 1, 2, 4
 #: the most taps of a window on that kernel (tiles/blocked.py's window_capable)
 WINDOW_TAPS = 64
+#: output channels per group of that kernel's packed weights (its sums: 3 vectors of 8)
+BLOCK_GROUP = 24
 
 # ---- tile_kernels.h: a layer's row -------------------------------------------------------------------------
 SLOTS = 48

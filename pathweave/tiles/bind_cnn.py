@@ -28,6 +28,7 @@ from pathweave.tiles.abi import (
     ACTS,
     BINOPS,
     BLK_IN,
+    BLOCK_GROUP,
     DW_SLACK,
     K_ADAPTIVE,
     K_AFFINE,
@@ -218,7 +219,8 @@ def _blocked(t: LayerRow, w: View, x: View, bits: int) -> int:
 def _window(t: LayerRow, w: View, x: View) -> int:
     """A kh x kw layer on the same kernel (``window_capable``): its weights packed as ``_blocked``'s with
     each block of 8 input channels' taps in turn ([C8 / 8][taps][8] per row); the scratch of its input's
-    blocked copy, zero-padded rows ([C8 / 8][rows][Wp][8])."""
+    blocked copy, zero-padded rows ([C8 / 8][rows][Wp][8]), then the sums kept between shares of its input
+    channels (``tile_gemm_b.c``'s ``io->part``: the tile's positions rounded up to 4, x 24 floats)."""
     ranges = channel_ranges(t.graph, t.index)
     assert ranges is not None  # window_capable took only layers with such ranges
     packed = packed_once(
@@ -228,8 +230,9 @@ def _window(t: LayerRow, w: View, x: View) -> int:
     row = t.row
     row[S_WPACK], row[S_WPACK_T], row[S_LAYOUT] = packed.ctypes.data, PACK_BLOCKED, 0
     kh, kw, st = (int(row[s]) for s in (S_KH, S_KW, S_SH))
-    rows = (t.graph.largest_extent(t.index, 2) - 1) * st + kh
-    return -(-x.shape[1] // 8) * 8 * rows * ((out_shape(t.node)[3] - 1) * st + kw)
+    extent, ow = t.graph.largest_extent(t.index, 2), out_shape(t.node)[3]
+    copy = -(-x.shape[1] // 8) * 8 * ((extent - 1) * st + kh) * ((ow - 1) * st + kw)
+    return copy + -(-extent * ow // 4) * 4 * BLOCK_GROUP
 
 
 def _pack_blocked(w: np.ndarray, ranges: list[tuple[int, int]]) -> np.ndarray:
@@ -240,7 +243,8 @@ def _pack_blocked(w: np.ndarray, ranges: list[tuple[int, int]]) -> np.ndarray:
     blocks = np.zeros((o, c8, taps), dtype=np.float32)
     blocks[:, :c] = w.reshape(o, c, taps)
     flat = blocks.reshape(o, c8 // 8, 8, taps).transpose(0, 1, 3, 2).reshape(o, c8 * taps)
-    pieces = [flat[g : min(g + 24, b)].T.ravel() for a, b in ranges for g in range(a, b, 24)]
+    groups = [(g, min(g + BLOCK_GROUP, b)) for a, b in ranges for g in range(a, b, BLOCK_GROUP)]
+    pieces = [flat[g:e].T.ravel() for g, e in groups]
     return np.ascontiguousarray(np.concatenate(pieces))
 
 

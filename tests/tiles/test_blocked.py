@@ -188,6 +188,23 @@ def test_windows_in_shares_of_input_channels_match_eager(level: str, case: tuple
     _windows_match_eager(net, (1, c, size, size), 1 if level in WINDOW_ISAS else 0, outputs_close)
 
 
+def test_a_large_window_tile_in_shares_matches_eager(outputs_close) -> None:  # noqa: ANN001
+    """One tile of 576 positions in shares: the sums kept between shares live in the worker's scratch
+    (once a stack buffer of 341 positions' sums, past which a tile ran in one pass)."""
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(160, 40, 3, stride=2, padding=1), torch.nn.ReLU()).eval()
+    shape = (1, 160, 48, 48)
+    strat = TilesStrategy(pathweave.capture(net, torch.randn(shape)), threads=2, tiles_per_layer=1)
+    try:
+        graph = strat.graph
+        assert int((graph.tile_hi[0, 2] - graph.tile_lo[0, 2]) * graph.tile_hi[0, 3]) == 576
+        windows = 1 if tile_runtime.gemm_isa() in WINDOW_ISAS else 0
+        assert kernel_names(strat.program.layers).count("window blocked") == windows
+        _matches_eager(strat, net, shape, outputs_close)
+    finally:
+        strat.close()
+
+
 def test_windows_split_into_channel_tiles_match_eager(outputs_close) -> None:  # noqa: ANN001
     """Many channels over few rows: a layer's tiles split its channels, each tile reading the worker's
     kept copy of the input rows (or making its own where the rows differ)."""

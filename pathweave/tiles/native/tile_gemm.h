@@ -93,6 +93,8 @@ typedef struct {
     int layout;
     int64_t taps;        /* a window (pw_conv_window): its taps, read at x + toff[t] on; 0 for a 1x1 layer */
     const int64_t *toff;
+    float *part; /* a window's sums between shares of its input channels: pw_blocked_positions(P) x 24
+                  * floats of the worker's scratch; NULL: one pass */
 } pw_blocked_io;
 static inline int64_t pw_blocked_positions(int64_t P) { return (P + 3) / 4 * 4; }
 static inline int64_t pw_blocked_floats(int64_t K, int64_t P) { return (K + 7) / 8 * 8 * pw_blocked_positions(P); }
@@ -108,6 +110,8 @@ void pw_gemm_blocked(int64_t rows, int64_t P, int64_t K, const float *wp, const 
  * outside [0, used) and past C; used <= Wp - pad, and 0 where pad >= Wp */
 /* the most taps of a window on this kernel (Python checks) */
 #define PW_WINDOW_TAPS 64
+/* output channels per group of its packed weights (3 vectors of 8) */
+#define PW_BLOCK_GROUP 24
 void pw_block_padded(int64_t C, int64_t H, int64_t W, const float *x, int64_t r0, int64_t rows, int64_t pad,
                      int64_t used, int64_t Wp, float *out);
 

@@ -264,15 +264,14 @@ PW_GROUP_FN(3, 0) PW_GROUP_FN(3, 1) PW_GROUP_FN(3, 2)
 typedef void (*pw_group_fn)(int64_t, int64_t, int64_t, const float *, const pw_blocked_io *, int, float *, int);
 
 /* A window whose group of 24 channels has more weights than PW_SHARE_BYTES takes its input channels in
- * shares of about that many bytes: each quad's sums over one share are kept in part (a group's positions x
- * 24 floats, on the stack, at most PW_PART_FLOATS) and added to by the next share, the bias, residual and
+ * shares of about that many bytes: each quad's sums over one share are kept in io->part (the tile's
+ * positions x 24 floats of the worker's scratch) and added to by the next share, the bias, residual and
  * ReLU applied after the last. Whole, a quad's sums had read all the group's weights: 442 KB at ResNet-50's
  * 512-channel 3x3 layers, more than L2 beside the input copy, so every quad read them from L3. In the
  * model, 1 worker, alternating (Zen 3, AVX2): those three layers 4.36, 3.94, 4.00 -> 3.70, 3.52, 3.50 ms,
  * the 256-channel 3x3/2 3.51 -> 3.39; shares of 32 or 64 KB ran the same as 128 KB; the same shares for
  * 1x1 layers (K = 1024, 2048) changed nothing measurable; Inception-v3 and GoogLeNet the same. */
 #define PW_SHARE_BYTES 131072
-#define PW_PART_FLOATS 8192
 PW_VT static void gemm_blocked_8(int64_t rows, int64_t P, int64_t K, const float *wp, const pw_blocked_io *io,
                                  int relu) {
     static const pw_group_fn fns[3][3] = {{group_1_0, group_1_1, group_1_2},
@@ -280,27 +279,21 @@ PW_VT static void gemm_blocked_8(int64_t rows, int64_t P, int64_t K, const float
                                           {group_3_0, group_3_1, group_3_2}};
     const int64_t K8 = (K + 7) / 8 * 8, taps = io->taps > 1 ? io->taps : 1;
     const int mode = io->taps ? 2 : io->stride > 1;
-    const int64_t bytes = K8 * taps * 24 * (int64_t)sizeof(float); /* one group's weights */
-    if (mode == 2 && bytes > PW_SHARE_BYTES && pw_blocked_positions(P) * 24 <= PW_PART_FLOATS) {
-        float part[PW_PART_FLOATS];
-        const int64_t blocks = K8 / 8, shares = (bytes + PW_SHARE_BYTES - 1) / PW_SHARE_BYTES;
-        const int64_t per = (blocks + shares - 1) / shares;
-        for (int64_t lane0 = 0; lane0 < rows; lane0 += 24) {
-            const int64_t nv = min64(3, (rows - lane0) / 8);
-            const float *w = wp + lane0 * K8 * taps;
-            for (int64_t kb0 = 0; kb0 < blocks; kb0 += per) {
-                const int64_t kb1 = min64(blocks, kb0 + per);
-                pw_blocked_io share = *io;
-                share.x = io->x + kb0 * io->xs;
-                const int phase = kb1 == blocks ? (kb0 == 0 ? 0 : 3) : (kb0 == 0 ? 1 : 2);
-                fns[nv - 1][mode](lane0, P, (kb1 - kb0) * 8, w + kb0 * taps * 64 * nv, &share, relu, part, phase);
-            }
-        }
-        return;
-    }
-    for (int64_t lane0 = 0; lane0 < rows; lane0 += 24) {
+    const int64_t bytes = K8 * taps * PW_BLOCK_GROUP * (int64_t)sizeof(float); /* one group's weights */
+    const int64_t blocks = K8 / 8;
+    const int split = mode == 2 && io->part && bytes > PW_SHARE_BYTES;
+    const int64_t shares = split ? (bytes + PW_SHARE_BYTES - 1) / PW_SHARE_BYTES : 1;
+    const int64_t per = (blocks + shares - 1) / shares;
+    for (int64_t lane0 = 0; lane0 < rows; lane0 += PW_BLOCK_GROUP) {
         const int64_t nv = min64(3, (rows - lane0) / 8);
-        fns[nv - 1][mode](lane0, P, K8, wp + lane0 * K8 * taps, io, relu, NULL, 0);
+        const float *w = wp + lane0 * K8 * taps;
+        for (int64_t kb0 = 0; kb0 < blocks; kb0 += per) { /* one pass (phase 0) or the shares (1, 2, 3) */
+            const int64_t kb1 = min64(blocks, kb0 + per);
+            pw_blocked_io share = *io;
+            share.x = io->x + kb0 * io->xs;
+            const int phase = kb1 == blocks ? (kb0 == 0 ? 0 : 3) : (kb0 == 0 ? 1 : 2);
+            fns[nv - 1][mode](lane0, P, (kb1 - kb0) * 8, w + kb0 * taps * 64 * nv, &share, relu, io->part, phase);
+        }
     }
 }
 #endif

@@ -198,7 +198,7 @@ static void conv_blocked(const int64_t *L, const float *xn, float *scratch, int6
     const int64_t P = (oh1 - oh0) * OW, K8 = (C + 7) / 8 * 8;
     const int lay = (int)L[S_LAYOUT];
     const float *bias = in_f(L[S_BIAS]);
-    pw_blocked_io io = {NULL, 0, 1, XW, OW, oh0 * OW, NULL, 0, bias ? bias + o0 : NULL, NULL, 0, lay};
+    pw_blocked_io io = {NULL, 0, 1, XW, OW, oh0 * OW, NULL, 0, bias ? bias + o0 : NULL, NULL, 0, lay, 0, NULL, NULL};
     if (lay & PW_BLK_IN) {
         io.x = st > 1 ? xn : xn + oh0 * OW * 8, io.xs = XHW * 8, io.stride = st;
     } else {
@@ -222,7 +222,8 @@ static void conv_blocked(const int64_t *L, const float *xn, float *scratch, int6
 
 /* a kh x kw window (stride st both ways) by the same kernel, vectors along the output channels: the tile's
  * input rows copied once per worker into channel blocks of zero-padded rows (pw_block_padded, kept for the
- * layer's other channel tiles over the same rows), each tap a shift of that copy; the output NCHW */
+ * layer's other channel tiles over the same rows), each tap a shift of that copy; the output NCHW. The
+ * scratch after the copy holds the sums between shares of the input channels (io.part) */
 static void conv_window(const int64_t *L, const float *xn, float *scratch, int64_t stamp, int64_t n, int64_t oh0,
                         int64_t oh1, int64_t o0, int64_t o1, float *on, const float *rn) {
     const int64_t C = L[S_XSHAPE + 1], H = L[S_XSHAPE + 2], W = L[S_XSHAPE + 3];
@@ -243,7 +244,7 @@ static void conv_window(const int64_t *L, const float *xn, float *scratch, int64
     }
     const float *bias = in_f(L[S_BIAS]);
     pw_blocked_io io = {xb, rows * Wp * 8, st, Wp, OW, 0, on + o0 * HW + oh0 * OW, HW, bias ? bias + o0 : NULL,
-                        rn ? rn + o0 * HW + oh0 * OW : NULL, HW, 0, taps, toff};
+                        rn ? rn + o0 * HW + oh0 * OW : NULL, HW, 0, taps, toff, xb + C8 * rows * Wp};
     pw_gemm_blocked(o1 - o0, (oh1 - oh0) * OW, C, in_f(L[S_WPACK]) + o0 * C8 * taps, &io, (int)L[S_ACT]);
 }
 
