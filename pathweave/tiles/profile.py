@@ -29,22 +29,30 @@ class LayerTime:
 
 
 def profile_layers(
-    program: TileProgram, names: list[str], run: Callable[[], None], runs: int = 5
+    program: TileProgram, names: list[str], run: Callable[[], None], runs: int = 5, hot: bool = False
 ) -> list[LayerTime]:
     """Run ``run`` (one inference of ``program``) ``runs`` times with the kernels timing themselves;
-    returns each layer's kernel time per inference, in the program's layer order."""
+    returns each layer's kernel time per inference, in the program's layer order.
+
+    ``hot``: each tile runs once untimed right before its timed run, its input copies (im2col, blocked
+    and padded copies) made again: the layer's time with its data in cache. Against the plain profile
+    (data as the inference leaves it) it says what data arriving from farther away costs each layer.
+    A hot profile's inferences compute each tile twice; their outputs are for timing only."""
     if runs < 1:
         raise InputError(f"runs must be >= 1, not {runs}")
-    counters = np.zeros((len(program.layers), 2), dtype=np.int64)
-    program.layers[:, S_PROFILE] = counters.ctypes.data + 16 * np.arange(len(program.layers))
+    counters = np.zeros((len(program.layers), 4), dtype=np.int64)
+    counters[:, 2] = int(hot)
+    program.layers[:, S_PROFILE] = counters.ctypes.data + counters.strides[0] * np.arange(len(program.layers))
     try:
         for _ in range(runs):
             run()
     finally:
         program.layers[:, S_PROFILE] = 0
+    if hot and (counters[:, 3] != counters[:, 1]).any():
+        raise ExecutionError("a hot profile did not run every tile twice")
     return [
         LayerTime(str(name), float(ns) / runs / 1e6, int(calls) // runs)
-        for name, (ns, calls) in zip(names, counters, strict=True)
+        for name, (ns, calls, _, _) in zip(names, counters, strict=True)
     ]
 
 

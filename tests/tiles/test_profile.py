@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
+from pathweave.tiles.abi import S_PROFILE
 from pathweave.tiles.profile import profile_layers, trace_tiles
 from pathweave.tiles.strategy import TilesStrategy
 
@@ -18,6 +20,19 @@ def test_every_layer_gets_its_tiles_and_some_time(branches: TilesStrategy) -> No
     assert all(p.ms > 0 for p in spent)
     with pytest.raises(ValueError, match="runs"):
         profile_layers(branches.program, names, lambda: None, runs=0)
+
+
+def test_a_hot_profile_runs_each_tile_untimed_first(branches: TilesStrategy) -> None:
+    """Each tile twice, the second timed (the C counts the untimed runs; a mismatch raises); afterwards
+    the program runs unprofiled with the outputs it had before."""
+    inputs = list(branches.captured.example_inputs)
+    names = [str(n) for n in branches.graph.layer_names]
+    before = [t.clone() for t in branches.run_flat(inputs)]
+    spent = profile_layers(branches.program, names, lambda: branches.run_flat(inputs), runs=2, hot=True)
+    assert [p.tiles for p in spent] == list(np.diff(branches.graph.layer_tile_start))
+    assert all(p.ms > 0 for p in spent)
+    assert not branches.program.layers[:, S_PROFILE].any()
+    assert all(torch.equal(a, b) for a, b in zip(before, branches.run_flat(inputs), strict=True))
 
 
 def test_a_trace_has_every_tile_once_after_its_parents(branches: TilesStrategy) -> None:

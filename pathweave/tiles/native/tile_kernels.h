@@ -135,7 +135,8 @@ enum {
     S_WPACK = 42, /* conv: 0, or the weights packed in panels per group (tile_gemm.h), used instead of sgemm */
     S_WPACK_T = 43, /* conv: PW_PACK_*: how the packed weights are used */
     S_ACT_P = 44,   /* 3: the activation's parameters (double bits; element-wise kernel) */
-    S_PROFILE = 47 /* 0, or the address of int64 [ns, tiles] the kernel adds each tile's time to */
+    S_PROFILE = 47 /* 0, or the address of int64 [ns, tiles, hot, warm runs] the kernel adds each tile's
+                    * time to; hot != 0: each tile is run once untimed first (warm runs counted) */
 };
 
 /* slots of tile_reduce.c's kernels beyond the shared ones (S_OP, S_OUT, S_X, S_W, S_BIAS, S_SCALAR,
