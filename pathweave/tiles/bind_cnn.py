@@ -232,7 +232,7 @@ def _window(t: LayerRow, w: View, x: View) -> int:
     kh, kw, st = (int(row[s]) for s in (S_KH, S_KW, S_SH))
     extent, ow = t.graph.largest_extent(t.index, 2), out_shape(t.node)[3]
     copy = -(-x.shape[1] // 8) * 8 * ((extent - 1) * st + kh) * ((ow - 1) * st + kw)
-    return copy + -(-extent * ow // 4) * 4 * BLOCK_GROUP
+    return copy + blocked_floats(BLOCK_GROUP, extent * ow)
 
 
 def _pack_blocked(w: np.ndarray, ranges: list[tuple[int, int]]) -> np.ndarray:
