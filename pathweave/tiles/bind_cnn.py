@@ -356,9 +356,10 @@ def _winograd(t: LayerRow, w: View) -> int:
 
 
 def pool(t: LayerRow) -> int:
-    """max_pool2d and avg_pool2d."""
+    """max_pool2d, avg_pool2d and ``commute_pool``'s avg_pool2d_act (bias and activation after the pool)."""
     name, args, row = op_name(t.node), t.args, t.row
-    x = t.view(args["self"])  # a view is read through its strides, with adjacent columns
+    # a view is read through its strides, with adjacent columns
+    x = t.view(args.get("self", args.get("input")))
     if len(x.shape) != 4:
         raise NoKernel("only 4-D inputs")
     if x.strides[3] != 1 and x.shape[3] > 1:
@@ -370,9 +371,13 @@ def pool(t: LayerRow) -> int:
     row[S_OP], row[S_X] = (K_MAXPOOL if name == "max_pool2d" else K_AVGPOOL), x.address
     row[S_XSHAPE : S_XSHAPE + 4] = x.shape
     row[S_KH : S_DW + 1] = [*kernel, *stride, *as_ints(args["padding"], 2), *dilation]
-    if name == "avg_pool2d":
+    if name != "max_pool2d":
         row[S_COUNT_PAD] = int(bool(args.get("count_include_pad", True)))
         row[S_DIVISOR] = int(args.get("divisor_override") or 0)
+    if name == "avg_pool2d_act":
+        row[S_ACT] = ACTS[args["act"]]
+        if args.get("bias") is not None:
+            row[S_BIAS] = dense_view(t.view(args["bias"]), "bias").address
     return 0
 
 

@@ -27,10 +27,10 @@ import torch.fx
 import torch.nn.functional as F
 
 from pathweave.errors import PlanError
-from pathweave.passes.util import aten, constant, conv_args
+from pathweave.passes.util import constant
 from pathweave.tiles.abi import PANEL_ROWS
 from pathweave.tiles.conv_layout import is_depthwise
-from pathweave.tiles.fuse_epilogue import activate
+from pathweave.tiles.fuse_epilogue import activate, conv_parts
 from pathweave.tiles.maps import as_ints, bound_args
 
 #: the environment variable that turns the pass on ("1"; off by default: no measured gain)
@@ -70,8 +70,6 @@ def _dw_pw_conv(
 dw_pw_conv = torch.library.custom_op("pathweave::dw_pw_conv", _dw_pw_conv, mutates_args=())
 dw_pw_conv.register_fake(_dw_pw_conv)
 
-_CONV2D_ACT = "pathweave::conv2d_act"
-
 
 @dataclass(frozen=True)
 class FuseDepthwise:
@@ -79,25 +77,10 @@ class FuseDepthwise:
     pointwise: str  # the 1x1 conv2d / conv2d_act that alone reads it
 
 
-def _parts(node: torch.fx.Node) -> dict | None:
-    """A conv2d's or conv2d_act's arguments by name (residual and act None for conv2d), else None."""
-    if node.op != "call_function":
-        return None
-    if node.target == aten.conv2d.default:
-        if isinstance(bound_args(node)["padding"], str):  # 'same' / 'valid': conv_args takes numbers
-            return None
-        x, w, b, stride, padding, dilation, groups = conv_args(node)
-        return {"input": x, "weight": w, "bias": b, "residual": None, "stride": stride, "padding": padding,
-                "dilation": dilation, "groups": groups, "act": "none"}  # fmt: skip
-    if getattr(node.target, "name", lambda: "")() == _CONV2D_ACT:
-        return bound_args(node)
-    return None
-
-
 def _pointwise(node: torch.fx.Node, source: torch.fx.Node, gm: torch.fx.GraphModule) -> bool:
     """A 1x1 convolution of ``source`` alone (stride 1, no padding, one group) with a constant weight (the
     fused kernel reads it packed) and an epilogue the fused kernel applies."""
-    p = _parts(node)
+    p = conv_parts(node)
     if p is None or p["input"] is not source or int(p["groups"]) != 1 or p["act"] not in ACTS:
         return False
     if p["residual"] is source:  # pw(y) + y: y is read twice, and must be written
@@ -131,7 +114,7 @@ def propose(gm: torch.fx.GraphModule) -> list[FuseDepthwise]:
         return []
     found = []
     for node in gm.graph.nodes:
-        p = _parts(node)
+        p = conv_parts(node)
         if p is None or len(node.users) != 1 or not is_depthwise(node) or p["residual"] is not None:
             continue
         user = next(iter(node.users))
@@ -147,7 +130,7 @@ def apply(gm: torch.fx.GraphModule, matches: list[FuseDepthwise]) -> None:
     nodes = {n.name: n for n in gm.graph.nodes}
     for m in matches:
         dw, pw = nodes[m.depthwise], nodes[m.pointwise]
-        d, p = _parts(dw), _parts(pw)
+        d, p = conv_parts(dw), conv_parts(pw)
         if d is None or p is None:  # a match of another graph
             raise PlanError(f"fuse_depthwise: {m.depthwise} -> {m.pointwise} is not a pair of convolutions")
         stride, padding, dilation = ([int(e) for e in d[k]] * (2 if len(d[k]) == 1 else 1)

@@ -37,6 +37,7 @@ from pathweave.passes.util import (
     residual_operand,
     sole_user,
 )
+from pathweave.tiles.maps import bound_args
 
 ACTS = ("none", "relu", "gelu", "tanh", "gelu_tanh", "silu", "hardswish", "hardsigmoid", "relu6", "sigmoid")
 _ACT_OPS = {
@@ -125,6 +126,22 @@ cat_batch_norm_act = torch.library.custom_op(
     "pathweave::cat_batch_norm_act", _cat_batch_norm_act, mutates_args=()
 )
 cat_batch_norm_act.register_fake(_cat_batch_norm_act)
+
+
+def conv_parts(node: torch.fx.Node) -> dict[str, Any] | None:
+    """A conv2d's or conv2d_act's arguments by name (for conv2d: residual None, act "none"; numeric
+    padding only), else None."""
+    if node.op != "call_function":
+        return None
+    if node.target == aten.conv2d.default:
+        if isinstance(bound_args(node)["padding"], str):  # 'same' / 'valid': conv_args takes numbers
+            return None
+        x, w, b, stride, padding, dilation, groups = conv_args(node)
+        return {"input": x, "weight": w, "bias": b, "residual": None, "stride": stride, "padding": padding,
+                "dilation": dilation, "groups": groups, "act": "none"}  # fmt: skip
+    if node.target == torch.ops.pathweave.conv2d_act.default:
+        return bound_args(node)
+    return None
 
 
 @dataclass(frozen=True)

@@ -266,7 +266,8 @@ def dw_pw_conv(node: torch.fx.Node, args: dict[str, Any]) -> list[Source]:
 
 
 def pool(node: torch.fx.Node, args: dict[str, Any]) -> list[Source]:
-    x = args["self"]
+    """max_pool2d, avg_pool2d and ``commute_pool``'s avg_pool2d_act (its bias per channel)."""
+    x = args.get("self", args.get("input"))
     kernel = as_ints(args["kernel_size"], 2)
     stride = as_ints(args["stride"], 2) if args["stride"] else kernel
     dilation = as_ints(args.get("dilation", 1), 2)
@@ -274,7 +275,8 @@ def pool(node: torch.fx.Node, args: dict[str, Any]) -> list[Source]:
         tr.pool_input, in_shape=shape(x), kernel=kernel, stride=stride,
         padding=as_ints(args["padding"], 2), dilation=dilation,
     )  # fmt: skip
-    return [(x, window)]
+    bias = args.get("bias")
+    return [(x, window)] + ([(bias, lambda r: (r[1],))] if is_tensor(bias) else [])
 
 
 def adaptive_pool(node: torch.fx.Node, args: dict[str, Any]) -> list[Source]:

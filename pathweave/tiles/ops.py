@@ -110,6 +110,7 @@ TILE_OPS: dict[str, TileOp] = {
     **_rows(("dw_pw_conv",), "conv", maps=maps.dw_pw_conv, bind=bind_cnn.dw_pw_conv, reads="dense"),
     **_rows(("conv1d", "convolution"), maps=maps.conv, bind=None),
     **_rows(("max_pool2d", "avg_pool2d"), maps=maps.pool, bind=bind_cnn.pool, reads="rows"),
+    **_rows(("avg_pool2d_act",), "pool", maps=maps.pool, bind=bind_cnn.pool, reads="rows"),
     **_rows(("max_pool2d_with_indices",), maps=maps.pool, bind=None),
     **_rows(("adaptive_avg_pool2d", "_adaptive_avg_pool2d"), maps=maps.adaptive_pool,
             bind=bind_cnn.adaptive_pool, reads="dense"),

@@ -23,6 +23,7 @@ from pathweave.passes import canonical, dedupe, fold_bn, fold_sizes, prune
 from pathweave.passes.pipeline import run_pipeline
 from pathweave.sequential import locate_failure
 from pathweave.strategy import CallGuard, Strategy
+from pathweave.tiles import commute_pool as tile_commute_pool
 from pathweave.tiles import conv1d as tile_conv1d
 from pathweave.tiles import conv_transpose as tile_conv_transpose
 from pathweave.tiles import fuse_depthwise as tile_fuse_depthwise
@@ -41,7 +42,7 @@ from pathweave.tiles.runtime import TileRuntime, gemm_isa
 
 #: the rewrites before a graph is cut into tiles (also those of the tile islands, ``tiles.mixed``)
 PASSES = (canonical, fold_sizes, prune, dedupe, tile_conv1d, tile_conv_transpose, fold_bn, tile_sdpa,
-          tile_fuse, tile_fuse_depthwise, tile_fuse_matmul)  # fmt: skip
+          tile_fuse, tile_commute_pool, tile_fuse_depthwise, tile_fuse_matmul)  # fmt: skip
 #: the tile kernels against PyTorch on the same rewritten graph: float sums in another order
 CHECK_RTOL, CHECK_ATOL = 1e-3, 1e-4
 

@@ -21,7 +21,7 @@ from pathweave.tiles.program import build_program
 #: the tiles' fused ops (fuse_epilogue, fuse_matmul, fuse_depthwise), which analysis does not know, and
 #: their cost kinds
 FUSED = {"conv2d_act": "conv", "linear_act": "matmul", "matmul_add": "matmul", "batch_norm_act": "reduction",
-         "cat_batch_norm_act": "reduction", "dw_pw_conv": "conv"}  # fmt: skip
+         "cat_batch_norm_act": "reduction", "dw_pw_conv": "conv", "avg_pool2d_act": "pool"}  # fmt: skip
 
 
 class _Heads(torch.nn.Module):

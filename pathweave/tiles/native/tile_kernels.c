@@ -557,6 +557,27 @@ PW_HOT_FN(static, int, pool_tile, (const int64_t *L, const int32_t *lo, const in
     return 0;
 }
 
+/* the epilogue of an avg pool commuted with the 1x1 convolution before it (tiles/commute_pool.py): the
+ * convolution's bias per channel (S_BIAS; 0: none), then the activation (S_ACT), over the tile's outputs
+ * while they are in cache, in eager's order (pool, + bias, act) */
+static void pool_epilogue(const int64_t *L, const int32_t *lo, const int32_t *hi) {
+    const float *bias = in_f(L[S_BIAS]); /* NULL where 0 */
+    const int act = (int)L[S_ACT];
+    if (!bias && act == PW_ACT_NONE) return;
+    float *out = out_f(L[S_OUT]);
+    const int64_t C = L[S_OSHAPE + 1], OH = L[S_OSHAPE + 2], OW = L[S_OSHAPE + 3];
+    const int whole = lo[3] == 0 && hi[3] == OW; /* the tile's rows lie end to end in each plane */
+    const int64_t n_rows = whole ? 1 : hi[2] - lo[2], len = whole ? (hi[2] - lo[2]) * OW : hi[3] - lo[3];
+    for (int64_t n = lo[0]; n < hi[0]; n++)
+        for (int64_t c = lo[1]; c < hi[1]; c++)
+            for (int64_t r = 0; r < n_rows; r++) {
+                float *d = out + ((n * C + c) * OH + lo[2] + r) * OW + lo[3];
+                if (bias)
+                    for (int64_t i = 0; i < len; i++) d[i] += bias[c];
+                activate(d, len, act);
+            }
+}
+
 /* the mean of n contiguous values: PW_POOL_LANES partial sums (one per lane, so that the loop vectorises
  * without reordering a sum), then added pairwise. One running sum per channel was a chain of dependent
  * adds: EfficientNet's squeeze-excitation pools (1152 x 7 x 7) 3x slower than ATen's. */
@@ -838,7 +859,11 @@ static int dispatch(const int64_t *layer, const int32_t *lo, const int32_t *hi, 
     switch (layer[S_OP]) {
     case PW_K_CONV: return sgemm ? conv_tile(layer, lo, hi, scratch, sgemm, stamp) : 2;
     case PW_K_MAXPOOL: return pool_tile(layer, lo, hi, 1);
-    case PW_K_AVGPOOL: return pool_tile(layer, lo, hi, 0);
+    case PW_K_AVGPOOL: {
+        const int rc = pool_tile(layer, lo, hi, 0);
+        if (!rc) pool_epilogue(layer, lo, hi);
+        return rc;
+    }
     case PW_K_ADAPTIVE: return adaptive_tile(layer, lo, hi);
     case PW_K_LINEAR: return sgemm ? linear_tile(layer, lo, hi, sgemm) : 2;
     case PW_K_EWISE: return ewise_tile(layer, lo, hi);

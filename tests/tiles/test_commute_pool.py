@@ -1,0 +1,134 @@
+"""An average pool commuted with the 1x1 convolution that alone reads it (tiles/commute_pool.py, the pool's
+epilogue in native/tile_kernels.c) against eager at every instruction set level this CPU runs: both divisor
+rules, a divisor override, ceil mode, windows 3x3 and 5x3, maps of 1, 8 and 17 x 29, a map the pool shrinks,
+channels not multiples of 16, batch 2, the epilogue's activations, NaN and +-inf propagating as eager's; the
+pairs the pass must leave alone."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import pathweave
+from pathweave.tiles import commute_pool
+from pathweave.tiles.strategy import TilesStrategy
+from tests.conftest import assert_nonfinite_close
+
+ACTS = {"none": torch.nn.Identity, "relu": torch.nn.ReLU, "silu": torch.nn.SiLU, "sigmoid": torch.nn.Sigmoid}
+#: (channels, outputs, height, width, pool keywords, act, batch norm)
+CASES = [
+    (40, 12, 17, 29, {"kernel_size": 3, "stride": 1, "padding": 1}, "relu", True),
+    (33, 8, 8, 8, {"kernel_size": 3, "stride": 1, "padding": 1, "count_include_pad": False}, "silu", True),
+    (24, 20, 9, 7, {"kernel_size": (5, 3), "stride": 1, "padding": (2, 1), "divisor_override": 4}, "none", 0),
+    (17, 9, 1, 1, {"kernel_size": 3, "stride": 1, "padding": 1}, "sigmoid", True),
+    (20, 6, 8, 11, {"kernel_size": 3, "stride": 1, "padding": 1, "ceil_mode": True}, "relu", False),
+    (64, 4, 9, 9, {"kernel_size": 3, "stride": 1}, "relu", False),  # a smaller map: the product on 81 not 49
+]
+
+
+class _PoolBranch(torch.nn.Module):
+    """Inception-v3's pool branch: an average pool, a 1x1 convolution, its batch norm (or bias) and an
+    activation."""
+
+    def __init__(self, c: int, o: int, pool: dict, act: str, bn: bool) -> None:
+        super().__init__()
+        self.pool = pool
+        self.conv = torch.nn.Conv2d(c, o, 1, bias=not bn)
+        self.bn = torch.nn.BatchNorm2d(o) if bn else torch.nn.Identity()
+        self.act = ACTS[act]()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(self.bn(self.conv(F.avg_pool2d(x, **self.pool))))
+
+
+def _net(case: tuple) -> torch.nn.Module:
+    c, o, _, _, pool, act, bn = case
+    torch.manual_seed(0)
+    net = _PoolBranch(c, o, pool, act, bn)
+    with torch.no_grad():
+        if bn:
+            net.bn.running_mean.uniform_(-0.5, 0.5)
+            net.bn.running_var.uniform_(0.5, 2.0)
+            net.bn.bias.uniform_(-1.0, 1.0)  # a bias the epilogue must add
+        else:
+            net.conv.bias.uniform_(-1.0, 1.0)
+    return net.eval()
+
+
+def _commuted(strat: TilesStrategy) -> int:
+    return sum(n.target == torch.ops.pathweave.avg_pool2d_act.default for n in strat.gm.graph.nodes)
+
+
+def _nonfinite(shape: tuple[int, ...], seed: int) -> torch.Tensor:
+    """Random input with a NaN, a +inf and a -inf in three channels."""
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(seed))
+    x[0, 0, 0, -1] = float("nan")
+    x[0, 1, -1, 0] = float("inf")
+    x[1, 2, shape[2] // 2, shape[3] // 2] = float("-inf")
+    return x
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "c{}o{}_{}x{}_{act}".format(*c[:4], act=c[5]))
+def test_commuted_branch_matches_eager(level: str, case: tuple, outputs_close) -> None:  # noqa: ANN001
+    net = _net(case)
+    shape = (2, case[0], case[2], case[3])
+    strat = TilesStrategy(pathweave.capture(net, torch.randn(shape)), threads=2)
+    try:
+        assert _commuted(strat) == 1
+        for seed in range(2):
+            x = torch.randn(shape, generator=torch.Generator().manual_seed(seed))
+            with torch.no_grad():
+                outputs_close(strat(x), net(x), rtol=1e-5, atol_scale=1e-5)
+        x = _nonfinite(shape, 7)
+        with torch.no_grad():
+            got, want = strat(x), net(x)
+        assert want.isnan().any()
+        assert_nonfinite_close(got, want, rtol=1e-4, atol=1e-4)
+    finally:
+        strat.close()
+
+
+class _LeftAlone(torch.nn.Module):
+    """Pairs that must not commute: a 1x1 convolution with as many outputs as inputs, one after a strided
+    pool, one after a pool that a sum reads too, a 3x3 convolution, a strided 1x1 convolution, a max pool."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.same = torch.nn.Conv2d(16, 16, 1)
+        self.after_stride = torch.nn.Conv2d(16, 4, 1)
+        self.shared = torch.nn.Conv2d(16, 16, 1)
+        self.window = torch.nn.Conv2d(16, 4, 3, padding=1)
+        self.strided = torch.nn.Conv2d(16, 4, 1, stride=2)
+        self.after_max = torch.nn.Conv2d(16, 4, 1)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        def pool(t: torch.Tensor) -> torch.Tensor:
+            return F.avg_pool2d(t, 3, 1, 1)
+
+        p = pool(x)
+        strided = self.after_stride(F.avg_pool2d(x, 2))
+        return (self.same(pool(x)), strided, self.shared(p) + p, self.window(pool(x)), self.strided(pool(x)),
+                self.after_max(F.max_pool2d(x, 3, 1, 1)))  # fmt: skip
+
+
+def test_pairs_left_alone(outputs_close) -> None:  # noqa: ANN001
+    net = _LeftAlone().eval()
+    x = torch.randn(1, 16, 9, 9)
+    strat = TilesStrategy(pathweave.capture(net, x), threads=2)
+    try:
+        assert _commuted(strat) == 0
+        with torch.no_grad():
+            for got, want in zip(strat(x), net(x), strict=True):
+                outputs_close(got, want, rtol=1e-5, atol_scale=1e-5)
+    finally:
+        strat.close()
+
+
+def test_the_custom_op_is_the_pair_it_replaces() -> None:
+    """avg_pool2d_act(conv(x)) is conv(avg_pool(x)) + bias, activated, within float rounding."""
+    torch.manual_seed(1)
+    x, w, b = torch.randn(2, 24, 7, 9), torch.randn(6, 24, 1, 1), torch.randn(6)
+    want = torch.relu(F.conv2d(F.avg_pool2d(x, 3, 1, 1, count_include_pad=False), w, b))
+    got = commute_pool.avg_pool2d_act(F.conv2d(x, w), [3, 3], [1, 1], [1, 1], False, False, None, b, "relu")
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
