@@ -2,7 +2,8 @@
 epilogue in native/tile_kernels.c) against eager at every instruction set level this CPU runs: both divisor
 rules, a divisor override, ceil mode, windows 3x3 and 5x3, maps of 1, 8 and 17 x 29, a map the pool shrinks,
 channels not multiples of 16, batch 2, the epilogue's activations, NaN and +-inf propagating as eager's; the
-pairs the pass must leave alone."""
+pairs the pass must leave alone; and the other order, a pool after a 1x1 convolution pooled first
+(DenseNet's transitions)."""
 
 from __future__ import annotations
 
@@ -132,3 +133,93 @@ def test_the_custom_op_is_the_pair_it_replaces() -> None:
     want = torch.relu(F.conv2d(F.avg_pool2d(x, 3, 1, 1, count_include_pad=False), w, b))
     got = commute_pool.avg_pool2d_act(F.conv2d(x, w), [3, 3], [1, 1], [1, 1], False, False, None, b, "relu")
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+class _Transition(torch.nn.Module):
+    """DenseNet's transition: batch norm, ReLU, a 1x1 convolution halving the channels (with a bias where
+    ``bias``), then an average pool (2x2 of stride 2 by default)."""
+
+    def __init__(self, c: int, bias: bool, pool: dict | None = None) -> None:
+        super().__init__()
+        self.bn = torch.nn.BatchNorm2d(c)
+        self.conv = torch.nn.Conv2d(c, c // 2, 1, bias=bias)
+        self.pool = pool or {"kernel_size": 2, "stride": 2}
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.avg_pool2d(self.conv(torch.relu(self.bn(x))), **self.pool)
+
+
+def _pooled_first(strat: TilesStrategy) -> int:
+    """avg pools whose output a convolution reads."""
+    return sum(
+        n.target == torch.ops.aten.conv2d.default and n.args[0].target == torch.ops.aten.avg_pool2d.default
+        for n in strat.gm.graph.nodes
+    )
+
+
+#: DenseNet's transitions: (channels, map size, the convolution's bias, the pool's keywords: 2x2/2 if None)
+POOLED_FIRST = [
+    (34, 16, False, None),
+    (24, 10, True, None),
+    (40, 12, False, {"kernel_size": 3, "stride": 2, "padding": 1}),
+    (48, 8, True, {"kernel_size": 4, "stride": 4}),
+]
+
+
+@pytest.mark.parametrize(("c", "size", "bias", "pool"), POOLED_FIRST)
+def test_a_transition_is_pooled_first_and_matches_eager(
+    level: str, c: int, size: int, bias: bool, pool: dict | None, outputs_close
+) -> None:  # noqa: ANN001
+    torch.manual_seed(2)
+    net = _Transition(c, bias, pool)
+    with torch.no_grad():
+        net.bn.running_mean.uniform_(-0.5, 0.5)
+        if bias:
+            net.conv.bias.uniform_(-1.0, 1.0)
+    net.eval()
+    shape = (2, c, size, size + 4)  # pools that reach the last row and column (the NaN's, the inf's)
+    strat = TilesStrategy(pathweave.capture(net, torch.randn(shape)), threads=2)
+    try:
+        assert _pooled_first(strat) == 1 and _commuted(strat) == 0
+        x = torch.randn(shape, generator=torch.Generator().manual_seed(3))
+        with torch.no_grad():
+            outputs_close(strat(x), net(x), rtol=1e-5, atol_scale=1e-5)
+        x = _nonfinite(shape, 8)
+        with torch.no_grad():
+            got, want = strat(x), net(x)
+        assert want.isnan().any()
+        assert_nonfinite_close(got, want, rtol=1e-4, atol=1e-4)
+    finally:
+        strat.close()
+
+
+class _KeepOrder(torch.nn.Module):
+    """Convolutions before a pool that must stay first: one with a bias before a padded pool (its average
+    would take the padding's zeros with the bias), one with a ReLU after it, one that a sum reads too, and
+    one with fewer outputs than inputs before a pool that keeps the map (pooled first, the pool would
+    average more channels)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.biased = torch.nn.Conv2d(16, 8, 1)
+        self.activated = torch.nn.Conv2d(16, 8, 1, bias=False)
+        self.shared = torch.nn.Conv2d(16, 8, 1, bias=False)
+        self.narrow = torch.nn.Conv2d(16, 8, 1, bias=False)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        s = self.shared(x)
+        return (F.avg_pool2d(self.biased(x), 3, 2, 1), F.avg_pool2d(torch.relu(self.activated(x)), 2),
+                F.avg_pool2d(s, 2) + s[:, :, ::2, ::2], F.avg_pool2d(self.narrow(x), 3, 1, 1))  # fmt: skip
+
+
+def test_convolutions_kept_before_their_pool(outputs_close) -> None:  # noqa: ANN001
+    net = _KeepOrder().eval()
+    x = torch.randn(1, 16, 10, 10)
+    strat = TilesStrategy(pathweave.capture(net, x), threads=2)
+    try:
+        assert _pooled_first(strat) == 0 and _commuted(strat) == 0
+        with torch.no_grad():
+            for got, want in zip(strat(x), net(x), strict=True):
+                outputs_close(got, want, rtol=1e-5, atol_scale=1e-5)
+    finally:
+        strat.close()
