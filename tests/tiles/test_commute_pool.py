@@ -61,6 +61,14 @@ def _commuted(strat: TilesStrategy) -> int:
     return sum(n.target == torch.ops.pathweave.avg_pool2d_act.default for n in strat.gm.graph.nodes)
 
 
+def _pooled_first(strat: TilesStrategy) -> int:
+    """avg pools whose output a convolution reads."""
+    return sum(
+        n.target == torch.ops.aten.conv2d.default and n.args[0].target == torch.ops.aten.avg_pool2d.default
+        for n in strat.gm.graph.nodes
+    )
+
+
 def _nonfinite(shape: tuple[int, ...], seed: int) -> torch.Tensor:
     """Random input with a NaN, a +inf and a -inf in three channels."""
     x = torch.randn(shape, generator=torch.Generator().manual_seed(seed))
@@ -70,13 +78,14 @@ def _nonfinite(shape: tuple[int, ...], seed: int) -> torch.Tensor:
     return x
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: "c{}o{}_{}x{}_{act}".format(*c[:4], act=c[5]))
-def test_commuted_branch_matches_eager(level: str, case: tuple, outputs_close) -> None:  # noqa: ANN001
-    net = _net(case)
-    shape = (2, case[0], case[2], case[3])
+def _check(
+    net: torch.nn.Module, shape: tuple[int, ...], outputs_close, commuted: int, pooled_first: int
+) -> None:  # noqa: ANN001
+    """The tiles' outputs against eager's on two random inputs and one with NaN and +-inf, after the pass
+    made ``commuted`` pools with epilogues and ``pooled_first`` pools before convolutions."""
     strat = TilesStrategy(pathweave.capture(net, torch.randn(shape)), threads=2)
     try:
-        assert _commuted(strat) == 1
+        assert _commuted(strat) == commuted and _pooled_first(strat) == pooled_first
         for seed in range(2):
             x = torch.randn(shape, generator=torch.Generator().manual_seed(seed))
             with torch.no_grad():
@@ -88,6 +97,13 @@ def test_commuted_branch_matches_eager(level: str, case: tuple, outputs_close) -
         assert_nonfinite_close(got, want, rtol=1e-4, atol=1e-4)
     finally:
         strat.close()
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "c{}o{}_{}x{}_{act}".format(*c[:4], act=c[5]))
+def test_commuted_branch_matches_eager(level: str, case: tuple, outputs_close) -> None:  # noqa: ANN001
+    net = _net(case)
+    shape = (2, case[0], case[2], case[3])
+    _check(net, shape, outputs_close, commuted=1, pooled_first=0)
 
 
 class _LeftAlone(torch.nn.Module):
@@ -149,14 +165,6 @@ class _Transition(torch.nn.Module):
         return F.avg_pool2d(self.conv(torch.relu(self.bn(x))), **self.pool)
 
 
-def _pooled_first(strat: TilesStrategy) -> int:
-    """avg pools whose output a convolution reads."""
-    return sum(
-        n.target == torch.ops.aten.conv2d.default and n.args[0].target == torch.ops.aten.avg_pool2d.default
-        for n in strat.gm.graph.nodes
-    )
-
-
 #: DenseNet's transitions: (channels, map size, the convolution's bias, the pool's keywords: 2x2/2 if None)
 POOLED_FIRST = [
     (34, 16, False, None),
@@ -178,19 +186,7 @@ def test_a_transition_is_pooled_first_and_matches_eager(
             net.conv.bias.uniform_(-1.0, 1.0)
     net.eval()
     shape = (2, c, size, size + 4)  # pools that reach the last row and column (the NaN's, the inf's)
-    strat = TilesStrategy(pathweave.capture(net, torch.randn(shape)), threads=2)
-    try:
-        assert _pooled_first(strat) == 1 and _commuted(strat) == 0
-        x = torch.randn(shape, generator=torch.Generator().manual_seed(3))
-        with torch.no_grad():
-            outputs_close(strat(x), net(x), rtol=1e-5, atol_scale=1e-5)
-        x = _nonfinite(shape, 8)
-        with torch.no_grad():
-            got, want = strat(x), net(x)
-        assert want.isnan().any()
-        assert_nonfinite_close(got, want, rtol=1e-4, atol=1e-4)
-    finally:
-        strat.close()
+    _check(net, shape, outputs_close, commuted=0, pooled_first=1)
 
 
 class _KeepOrder(torch.nn.Module):
