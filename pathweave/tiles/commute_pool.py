@@ -1,8 +1,10 @@
 """Commute an average pool with a 1x1 convolution next to it, in whichever order does less work, after
 ``fuse_epilogue``. A 1x1 convolution without bias is a linear map of each position's channels and an
 average pool a linear combination of positions (zero padding, any divisor rule), so the two commute; the
-sums run in another order (eager's within float rounding), and NaN and inf come from the same products in
-either order.
+sums run in another order (eager's within float rounding), and NaN and inf in the input come from the same
+products in either order. Finite values near float32's largest (~1e37 and up) may overflow to inf in one
+order and not the other (a hostile test, tenth session: an input of 1e38 under weights of 4 gave inf where
+eager, pooling first, stayed at 4.4e37); activations that large are out of any model's range.
 
 - ``conv(avg_pool(x), W, b)`` -> ``pathweave::avg_pool2d_act(conv(x, W), b)`` (the convolution the pool's
   only reader): the bias and the activation go after the pool, into its epilogue (native/tile_kernels.c's
