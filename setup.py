@@ -3,9 +3,32 @@
 Everything else about the package is in pyproject.toml.
 """
 
+import os
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+
+class ParallelBuildExt(build_ext):
+    """Compiles an extension's C files side by side, one per core (setuptools' own ``parallel`` splits
+    extensions, and this is one): ~1m50s alone on 2 cores, most of CI's install, ~1m with two."""
+
+    def build_extensions(self) -> None:
+        compile_one = self.compiler.compile
+
+        def compile_all(sources: list[str], *args: Any, **kwargs: Any) -> list[str]:
+            with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+                objects = list(pool.map(lambda source: compile_one([source], *args, **kwargs), sources))
+            return [o for one in objects for o in one]
+
+        self.compiler.compile = compile_all
+        super().build_extensions()
+
 
 setup(
+    cmdclass={"build_ext": ParallelBuildExt},
     ext_modules=[
         Extension(
             "pathweave.tiles.native._tile_runtime",
