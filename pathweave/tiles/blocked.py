@@ -138,6 +138,43 @@ def blocked_values(gm: torch.fx.GraphModule, graph: TileGraph, isa: str) -> froz
     return frozenset(kept)
 
 
+def inplace_residuals(gm: torch.fx.GraphModule, graph: TileGraph, isa: str) -> dict[int, int]:
+    """Proposals for ``memory.plan_buffers``: layer index -> the index of the layer whose buffer it may
+    overwrite. A 1x1 layer on this kernel with a residual (a ResNet block's expanding convolution and its
+    shortcut) reads each residual element once, in the epilogue of the quad that then stores the output
+    element at the same place (``store_quad``: sums in registers, one pass over k), so it can write its
+    output over the residual where the two share a layout (both blocked or both NCHW) and the residual
+    is a layer of the same shape that the convolution reads nowhere else. Whether the convolution is the
+    residual's last reader, and the tile order that makes the overwrite safe, are the plan's to check."""
+    index = {str(name): i for i, name in enumerate(graph.layer_names)}
+    nodes = {n.name: n for n in gm.graph.nodes}
+    kept = blocked_values(gm, graph, isa)
+    found: dict[int, int] = {}
+    for name, i in index.items():
+        node = nodes[name]
+        if not blocked_capable(node, graph, i, isa):
+            continue
+        args = bound_args(node)
+        residual = args.get("residual")
+        if not isinstance(residual, torch.fx.Node) or residual.name not in index:
+            continue
+        bits = layout_bits(node, kept)
+        if bool(bits & BLK_OUT) != bool(bits & BLK_RES) or tuple(shape(residual)) != tuple(shape(node)):
+            continue
+        others = [v for k, v in args.items() if k != "residual" and isinstance(v, torch.fx.Node)]
+        if any(_base(n, index) is residual for n in others):
+            continue  # its input too (or a view of it): other tiles would read what one wrote
+        found[i] = index[residual.name]
+    return found
+
+
+def _base(node: torch.fx.Node, index: dict[str, int]) -> torch.fx.Node:
+    """The layer (or graph input) whose buffer ``node`` reads: through views to their first input."""
+    while node.name not in index and node.all_input_nodes:
+        node = node.all_input_nodes[0]
+    return node
+
+
 def _reads_as_activation(user: torch.fx.Node, value: torch.fx.Node) -> bool:
     """Whether ``user`` reads ``value`` only as its input or its residual."""
     args = bound_args(user)

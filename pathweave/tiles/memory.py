@@ -24,12 +24,22 @@ last element (masked or scalar tails), which this relies on. The concatenation a
 slots are one block, taken when the first of them is placed and released when the last reader of any of
 them is ``distance`` layers behind; they share memory by design, the only sharing ``verify`` allows
 between live layers.
+
+Outputs over residuals (``inplace``: proposals such as ``blocked.inplace_residuals``): a convolution whose
+epilogue reads each residual element just before it writes the output element at the same place may
+take its residual's block, where it is the residual's last reader (in layer order), neither is kept or in
+a concatenation, and both have one shape and element size. Such a chain (ResNet's block outputs, each
+written over the last) is one block. The overwrite is judged on boxes, not spans: each tile of the
+convolution waits for every tile of an earlier layer of its chain whose box meets its own, and for
+every reader of those (its own layer's tiles aside: they read only their own boxes, which do not meet).
+On a Zen 3 (AVX2) ResNet-50's residual 1x1 layers wrote 3 MB at 56x56 next to the 3 MB residual they
+read; over it they touch half the lines.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -58,6 +68,7 @@ class BufferPlan:
     keep: frozenset[int]  # the layers never released
     slots: dict[int, tuple[int, int]]  # a layer placed in a concatenation's slot: (that layer, float offset)
     itemsizes: np.ndarray  # int64 [L]: bytes per element of each layer's output (bool: 1, in a float block)
+    inplace: dict[int, int] = field(default_factory=dict)  # a layer written over another's output: that one
 
     def verify(self, before: TileGraph | None = None, keep: set[int] | None = None) -> None:
         """Raise PlanError unless reuse is safe: two layers share memory only where the earlier one is
@@ -81,6 +92,8 @@ class BufferPlan:
                 raise PlanError(f"layer {names[a]} is not inside its slot of {names[cat]}")
         last_use = _last_use(before)
         ancestors = _ancestors(self.graph)
+        for b, a in self.inplace.items():
+            self._verify_inplace(before, keep, last_use, ancestors, b, a)
         for b in range(n):
             for a in range(b):
                 if not (
@@ -89,6 +102,8 @@ class BufferPlan:
                 ) or b in _enclosing(self.slots, a):
                     continue  # apart, or a written where the concatenation b wants it
                 name_a, name_b = before.layer_names[a], before.layer_names[b]
+                if a in _chain(self.inplace, b):
+                    continue  # written over in place: checked on boxes above
                 if a in keep or last_use[a] >= b:
                     raise PlanError(f"layers {name_a} and {name_b} share memory while {name_a} is still read")
                 a_first, a_end = (v + self.offsets[a] for v in _spans(before, a, self.itemsizes[a]))
@@ -103,6 +118,64 @@ class BufferPlan:
                                 f"tile {b0 + j} of {name_b} overwrites tile {t} of {name_a} without waiting "
                                 f"for tiles {missing[:5]}"
                             )
+
+    def _verify_inplace(
+        self, before: TileGraph, keep: set[int], last_use: np.ndarray, ancestors: list[int], b: int, a: int
+    ) -> None:
+        """Raise PlanError unless layer ``b`` may lie over layer ``a`` (``inplace``): at its offset, of its
+        shape and element size, its last reader, neither kept nor in a concatenation, and each tile of
+        ``b`` descending from every tile of ``a``'s chain whose box meets its own and from their readers
+        (tiles of ``b`` aside)."""
+        names = before.layer_names
+        fits = (
+            a < b
+            and self.offsets[a] == self.offsets[b]
+            and tuple(before.layer_shapes[a]) == tuple(before.layer_shapes[b])
+            and self.itemsizes[a] == self.itemsizes[b]
+            and int(last_use[a]) == b
+            and a not in keep
+            and not {a, b} & _in_slots(self.slots)
+        )
+        if not fits:
+            raise PlanError(f"layer {names[b]} cannot be written over layer {names[a]}")
+        b0 = int(before.layer_tile_start[b])
+        for j, needed in enumerate(_inplace_sources(before, self.inplace, b)):
+            missing = sorted(m for m in needed if not ancestors[b0 + j] >> m & 1)
+            if missing:
+                raise PlanError(
+                    f"tile {b0 + j} of {names[b]} overwrites {names[a]} in place without waiting for tiles "
+                    f"{missing[:5]}"
+                )
+
+
+def _chain(inplace: dict[int, int], layer: int) -> list[int]:
+    """The layers ``layer`` is written over in place, nearest first (each over the one before)."""
+    chain = []
+    while layer in inplace:
+        layer = inplace[layer]
+        chain.append(layer)
+    return chain
+
+
+def _in_slots(slots: dict[int, tuple[int, int]]) -> set[int]:
+    """The layers in a concatenation's slot and the concatenations."""
+    return set(slots) | {cat for cat, _ in slots.values()}
+
+
+def _inplace_sources(graph: TileGraph, inplace: dict[int, int], layer: int) -> list[set[int]]:
+    """Per tile of ``layer`` (written over its chain in place): the tiles it must come after, each tile of
+    a layer in its chain whose box meets its own and every reader of those but ``layer``'s tiles."""
+    lo, hi = int(graph.layer_tile_start[layer]), int(graph.layer_tile_start[layer + 1])
+    sources: list[set[int]] = [set() for _ in range(hi - lo)]
+    for old in _chain(inplace, layer):
+        o0, o1 = int(graph.layer_tile_start[old]), int(graph.layer_tile_start[old + 1])
+        old_lo, old_hi = graph.tile_lo[o0:o1], graph.tile_hi[o0:o1]
+        for j in range(hi - lo):
+            meets = np.all((old_lo < graph.tile_hi[lo + j]) & (graph.tile_lo[lo + j] < old_hi), axis=1)
+            for t in np.nonzero(meets)[0] + o0:
+                sources[j].add(int(t))
+                sources[j].update(int(c) for c in graph.children(int(t)) if not lo <= c < hi)
+    return sources
 
 
 def _spans(graph: TileGraph, layer: int, itemsize: int = 4) -> tuple[np.ndarray, np.ndarray]:
@@ -172,12 +245,14 @@ def plan_buffers(
     distance: int = DISTANCE,
     slots: dict[int, tuple[int, int]] | None = None,
     itemsizes: np.ndarray | None = None,
+    inplace: dict[int, int] | None = None,
 ) -> BufferPlan:
     """Place every layer's output in one arena. Layers in ``keep`` (read after the run: the graph's
     outputs) are never released; a layer in ``slots`` (``concat_slots``) lies in its concatenation's
     block; ``itemsizes``: bytes per element of each layer's output (default 4; a bool layer's 1 byte per
-    value sits in a block of as many floats). Returns the offsets and the graph with the edges that make
-    reuse safe."""
+    value sits in a block of as many floats); ``inplace``: proposals (layer -> the layer whose output it
+    may overwrite, as ``blocked.inplace_residuals`` makes), each taken where the module docstring's
+    conditions hold. Returns the offsets and the graph with the edges that make reuse safe."""
     if distance < 1:
         raise InputError(f"distance must be >= 1, not {distance}")
     slots = dict(slots or {})
@@ -187,16 +262,12 @@ def plan_buffers(
         raise InputError(f"itemsizes: {n} of 1, 2 or 4 bytes expected")
     sizes = [int(np.prod(graph.layer_shapes[i])) for i in range(n)]
     padded = [-(-s // ALIGN) * ALIGN for s in sizes]
-    # a block per root (a layer in no slot): itself and every layer written into it, at relative offsets
-    root, rel = list(range(n)), [0] * n
-    for i in slots:
-        for cat in _enclosing(slots, i):
-            rel[i] += slots[root[i]][1]
-            root[i] = cat
+    last_use = _last_use(graph)
+    taken = _take_inplace(graph, inplace or {}, keep, slots, last_use, sizes, widths)
+    root, rel = _roots(n, slots, taken)
     members: dict[int, list[int]] = {}
     for i in range(n):
         members.setdefault(root[i], []).append(i)
-    last_use = _last_use(graph)
     block_last = {r: max(int(last_use[m]) for m in ms) for r, ms in members.items()}
     block_kept = {r for r, ms in members.items() if any(m in keep for m in ms)}
     held = [padded[i] if root[i] == i else sizes[i] for i in range(n)]  # what each layer covers
@@ -223,12 +294,61 @@ def plan_buffers(
         for a, a_off, a_size in placed:
             if a_off < off + held[i] and off < a_off + a_size:
                 _war_edges(graph, (a, a_off, int(widths[a])), (i, off, int(widths[i])), extra)
+    for i in taken:
+        start = int(graph.layer_tile_start[i])
+        for j, sources in enumerate(_inplace_sources(graph, taken, i)):
+            extra.setdefault(start + j, set()).update(sources)
     kept = _prune(graph, extra) if extra else {}
     added = sum(len(v) for v in kept.values())
     edged = _with_parents(graph, kept) if added else graph
     covered = np.asarray(held, dtype=np.int64)
     separate = sum(padded)
-    return BufferPlan(offsets, end, separate, edged, added, covered, graph, frozenset(keep), slots, widths)
+    return BufferPlan(
+        offsets, end, separate, edged, added, covered, graph, frozenset(keep), slots, widths, taken
+    )
+
+
+def _roots(n: int, slots: dict[int, tuple[int, int]], taken: dict[int, int]) -> tuple[list[int], list[int]]:
+    """A block per root (a layer in no slot, written over nothing): itself and every layer written into
+    it or over it; per layer, its root and its offset in the root's block."""
+    root, rel = list(range(n)), [0] * n
+    for i in slots:
+        for cat in _enclosing(slots, i):
+            rel[i] += slots[root[i]][1]
+            root[i] = cat
+    for i, a in sorted(taken.items()):  # a < i: a's root is final
+        root[i], rel[i] = root[a], rel[a]
+    return root, rel
+
+
+def _take_inplace(
+    graph: TileGraph,
+    proposed: dict[int, int],
+    keep: set[int],
+    slots: dict[int, tuple[int, int]],
+    last_use: np.ndarray,
+    sizes: list[int],
+    widths: np.ndarray,
+) -> dict[int, int]:
+    """The proposals that hold (module docstring): the residual an earlier layer, read last by the layer,
+    not kept, neither in a concatenation, one size and element size; a layer named out of range raises."""
+    n = graph.num_layers
+    inside = _in_slots(slots)
+    taken: dict[int, int] = {}
+    for i, a in sorted(proposed.items()):
+        if not (0 <= a < n and 0 <= i < n):
+            raise InputError(f"in-place proposal {i} -> {a}: layers are 0..{n - 1}")
+        if (
+            a < i
+            and int(last_use[a]) == i
+            and a not in keep
+            and not {a, i} & inside
+            and sizes[a] == sizes[i]
+            and tuple(graph.layer_shapes[a]) == tuple(graph.layer_shapes[i])
+            and widths[a] == widths[i]
+        ):
+            taken[i] = a
+    return taken
 
 
 def _last_use(graph: TileGraph) -> np.ndarray:

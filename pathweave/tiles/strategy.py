@@ -31,6 +31,7 @@ from pathweave.tiles import fuse_epilogue as tile_fuse
 from pathweave.tiles import fuse_matmul as tile_fuse_matmul
 from pathweave.tiles import sdpa as tile_sdpa
 from pathweave.tiles.abi import OP_LAYER
+from pathweave.tiles.blocked import inplace_residuals
 from pathweave.tiles.build import WORK_PER_TILE, TilesPerLayer, build_tile_graph
 from pathweave.tiles.conv_layout import WINOGRAD_MIN_CHANNELS
 from pathweave.tiles.islands import Coverage
@@ -61,9 +62,11 @@ class TilesStrategy(Strategy):
         buffer_distance: int | None = DISTANCE,
         linger_ms: float | None = None,
         winograd_min_channels: int = WINOGRAD_MIN_CHANNELS,
+        inplace: bool = True,
     ) -> None:
         """``winograd_min_channels``: the fewest input and output channels of a 3x3 convolution that runs
-        Winograd (``conv_layout``; 10**9 keeps every convolution direct)."""
+        Winograd (``conv_layout``; 10**9 keeps every convolution direct). ``inplace``: residual 1x1 layers
+        may write their output over their residual (``blocked.inplace_residuals``; False for A/B)."""
         self.captured = captured
         self.threads = threads or torch.get_num_threads()
         # one inference at a time: every call shares the program's input and activation buffers
@@ -71,6 +74,7 @@ class TilesStrategy(Strategy):
         self.guard = CallGuard(f"{captured.name} (tiles)", exclusive=True)
         self.tile_scale = dict(tile_scale or {})
         self.winograd_min_channels = winograd_min_channels
+        self.inplace = inplace
         try:
             self._plan(tiles_per_layer, work_per_tile, buffer_distance)
         except PathweaveError:
@@ -109,7 +113,8 @@ class TilesStrategy(Strategy):
         if buffer_distance is not None:
             keep, slots = output_layers(gm, self.graph), concat_slots(gm, self.graph)
             itemsizes = layer_itemsizes(gm, self.graph)
-            self.buffers = plan_buffers(self.graph, keep, buffer_distance, slots, itemsizes)
+            inplace = inplace_residuals(gm, self.graph, gemm_isa()) if self.inplace else {}
+            self.buffers = plan_buffers(self.graph, keep, buffer_distance, slots, itemsizes, inplace)
             self.graph = self.buffers.graph
         self.program = self.new_program()
 

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 import pathweave
-from pathweave.errors import PlanError, UnsupportedError
+from pathweave.errors import InputError, PlanError, UnsupportedError
 from pathweave.tiles import strategy as tiles_strategy
 from pathweave.tiles.abi import S_NAUX
 from pathweave.tiles.memory import concat_slots, plan_buffers
@@ -79,6 +79,25 @@ def test_verify_catches_an_overwrite_without_its_edges(model: torch.nn.Module) -
     )  # no later layer takes an output's memory
     with pytest.raises(PlanError, match="still read"):
         replace(plan, offsets=plan.offsets * 0).verify(strat.graph, keep)  # everything on top of everything
+    strat.close()
+
+
+def test_inplace_proposals_that_do_not_hold_are_dropped(model: torch.nn.Module) -> None:
+    """Over a layer still read later, over a layer from a concatenation's slot: dropped; a layer out of
+    range: refused; a plan that claims one anyway: refused by verify."""
+    x = torch.randn(1, 3, 19, 23)
+    strat = TilesStrategy(pathweave.capture(model, x), threads=1, work_per_tile=3e4, buffer_distance=None)
+    graph, keep = strat.graph, output_layers(strat.gm, strat.graph)
+    names = [str(n) for n in graph.layer_names]
+    slots = concat_slots(strat.gm, graph)
+    in_slot = next(iter(slots))  # c(z) + y, written into the concatenation, y its residual
+    plan = plan_buffers(graph, keep, 1, slots, inplace={1: 0, in_slot: 0})  # 0 (y) is read by both
+    assert plan.inplace == {} and names[in_slot] != names[1]
+    plan.verify()
+    with pytest.raises(InputError, match="in-place proposal"):
+        plan_buffers(graph, keep, 1, slots, inplace={graph.num_layers: 0})
+    with pytest.raises(PlanError, match="cannot be written over"):
+        replace(plan, inplace={1: 0}).verify()
     strat.close()
 
 
