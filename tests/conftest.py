@@ -71,6 +71,19 @@ def assert_outputs_close(got: Any, want: Any, rtol: float, atol_scale: float) ->
         torch.testing.assert_close(g, w, rtol=rtol, atol=atol_scale * max(scale, 1e-6), msg=f"output {i}")
 
 
+def nonfinite_input(
+    shape: tuple[int, ...], seed: int, where: tuple[tuple[int, int], ...] = ((0, 0), (0, 0), (0, 0))
+) -> torch.Tensor:
+    """A seeded random NCHW input with a NaN at the first row's last column, a +inf at the last row's first
+    column and a -inf at the centre, each in the (batch, channel) ``where`` names in that order."""
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(seed))
+    (nb, nc), (pb, pc), (mb, mc) = where
+    x[nb, nc, 0, -1] = float("nan")
+    x[pb, pc, -1, 0] = float("inf")
+    x[mb, mc, shape[2] // 2, shape[3] // 2] = float("-inf")
+    return x
+
+
 def assert_nonfinite_close(got: torch.Tensor, want: torch.Tensor, rtol: float, atol: float) -> None:
     """NaN and +-inf exactly where ``want`` has them; the finite values within rtol and atol."""
     assert torch.equal(got.isnan(), want.isnan())

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 import pathweave
 from pathweave.tiles import commute_pool
 from pathweave.tiles.strategy import TilesStrategy
-from tests.conftest import assert_nonfinite_close
+from tests.conftest import assert_nonfinite_close, nonfinite_input
 
 ACTS = {"none": torch.nn.Identity, "relu": torch.nn.ReLU, "silu": torch.nn.SiLU, "sigmoid": torch.nn.Sigmoid}
 #: (channels, outputs, height, width, pool keywords, act, batch norm)
@@ -69,15 +69,6 @@ def _pooled_first(strat: TilesStrategy) -> int:
     )
 
 
-def _nonfinite(shape: tuple[int, ...], seed: int) -> torch.Tensor:
-    """Random input with a NaN, a +inf and a -inf in three channels."""
-    x = torch.randn(shape, generator=torch.Generator().manual_seed(seed))
-    x[0, 0, 0, -1] = float("nan")
-    x[0, 1, -1, 0] = float("inf")
-    x[1, 2, shape[2] // 2, shape[3] // 2] = float("-inf")
-    return x
-
-
 def _check(
     net: torch.nn.Module, shape: tuple[int, ...], outputs_close, commuted: int, pooled_first: int
 ) -> None:  # noqa: ANN001
@@ -90,7 +81,7 @@ def _check(
             x = torch.randn(shape, generator=torch.Generator().manual_seed(seed))
             with torch.no_grad():
                 outputs_close(strat(x), net(x), rtol=1e-5, atol_scale=1e-5)
-        x = _nonfinite(shape, 7)
+        x = nonfinite_input(shape, 7, ((0, 0), (0, 1), (1, 2)))
         with torch.no_grad():
             got, want = strat(x), net(x)
         assert want.isnan().any()

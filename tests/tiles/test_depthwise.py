@@ -14,7 +14,7 @@ import pathweave
 from pathweave.tiles.abi import K_DEPTHWISE, S_OP
 from pathweave.tiles.program import kernel_names
 from pathweave.tiles.strategy import TilesStrategy
-from tests.conftest import assert_nonfinite_close
+from tests.conftest import assert_nonfinite_close, nonfinite_input
 
 ACTS = {
     "none": torch.nn.Identity,
@@ -67,15 +67,6 @@ class _Depthwise(torch.nn.Module):
         return self.act(y + x if self.residual else y)
 
 
-def _nonfinite(shape: tuple[int, ...], seed: int) -> torch.Tensor:
-    """Random input with a NaN, a +inf and a -inf in the first channel."""
-    x = torch.randn(shape, generator=torch.Generator().manual_seed(seed))
-    x[0, 0, 0, -1] = float("nan")
-    x[0, 0, -1, 0] = float("inf")
-    x[0, 0, shape[2] // 2, shape[3] // 2] = float("-inf")
-    return x
-
-
 def _check(net: torch.nn.Module, shape: tuple[int, ...], outputs_close) -> None:  # noqa: ANN001
     torch.manual_seed(0)
     strat = TilesStrategy(pathweave.capture(net, torch.randn(shape)), threads=2)
@@ -85,7 +76,7 @@ def _check(net: torch.nn.Module, shape: tuple[int, ...], outputs_close) -> None:
             x = torch.randn(shape, generator=torch.Generator().manual_seed(seed))
             with torch.no_grad():
                 outputs_close(strat(x), net(x), rtol=1e-5, atol_scale=1e-5)
-        x = _nonfinite(shape, 7)
+        x = nonfinite_input(shape, 7)
         with torch.no_grad():
             got, want = strat(x), net(x)
         assert_nonfinite_close(got, want, rtol=1e-5, atol=1e-5)

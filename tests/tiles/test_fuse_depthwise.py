@@ -16,7 +16,7 @@ from pathweave.tiles import fuse_depthwise
 from pathweave.tiles.abi import K_DWPW, S_OP
 from pathweave.tiles.program import kernel_names
 from pathweave.tiles.strategy import TilesStrategy
-from tests.conftest import assert_nonfinite_close
+from tests.conftest import assert_nonfinite_close, nonfinite_input
 
 ACTS = {
     "none": torch.nn.Identity,
@@ -76,15 +76,6 @@ def _net(case: tuple) -> torch.nn.Module:
     return net.eval()
 
 
-def _nonfinite(shape: tuple[int, ...], seed: int) -> torch.Tensor:
-    """Random input with a NaN, a +inf and a -inf in the first channel."""
-    x = torch.randn(shape, generator=torch.Generator().manual_seed(seed))
-    x[0, 0, 0, -1] = float("nan")
-    x[0, 0, -1, 0] = float("inf")
-    x[0, 0, shape[2] // 2, shape[3] // 2] = float("-inf")
-    return x
-
-
 def _fused(strat: TilesStrategy) -> int:
     return kernel_names(strat.program.layers).count("depthwise+1x1")
 
@@ -100,7 +91,7 @@ def test_fused_pair_matches_eager(level: str, case: tuple, fuse_all: None, outpu
             x = torch.randn(shape, generator=torch.Generator().manual_seed(seed))
             with torch.no_grad():
                 outputs_close(strat(x), net(x), rtol=1e-5, atol_scale=1e-5)
-        x = _nonfinite(shape, 7)
+        x = nonfinite_input(shape, 7)
         with torch.no_grad():
             got, want = strat(x), net(x)
         assert want.isnan().any() or case[2] * case[3] == 1  # a 1x1 map keeps the last value set: -inf

@@ -18,6 +18,7 @@ from pathweave.tiles import blocked
 from pathweave.tiles import runtime as tile_runtime
 from pathweave.tiles.abi import PACKS, S_WPACK_T
 from pathweave.tiles.strategy import TilesStrategy
+from tests.conftest import nonfinite_input
 
 
 def test_hot_loops_follow_the_forced_level(level: str) -> None:
@@ -45,15 +46,6 @@ class _Pools(torch.nn.Module):
         )
 
 
-def _nonfinite(shape: tuple, seed: int) -> torch.Tensor:
-    """Random input with a NaN, a +inf and a -inf in the first channel (the others stay finite)."""
-    x = torch.randn(shape, generator=torch.Generator().manual_seed(seed))
-    x[0, 0, 0, -1] = float("nan")
-    x[0, 0, -1, 0] = float("inf")
-    x[0, 0, shape[2] // 2, shape[3] // 2] = float("-inf")
-    return x
-
-
 def _same(got: object, want: object) -> None:
     for g, w in zip(got, want, strict=True):
         torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5, equal_nan=True)
@@ -65,7 +57,7 @@ def test_pools_match_eager(level: str, shape: tuple) -> None:
     strat = TilesStrategy(pathweave.capture(net, torch.randn(shape)), threads=2)
     try:
         for seed in range(2):
-            x = _nonfinite(shape, seed)
+            x = nonfinite_input(shape, seed)
             with torch.no_grad():
                 _same(strat(x), net(x))
     finally:
@@ -132,7 +124,7 @@ def test_stride1_pools_run_across_row_ends(level: str, hw: tuple, tiles: int) ->
 def test_pools_read_a_channels_last_input(level: str) -> None:
     """A channels-last input is copied to the kernels' layout on the way in; the outputs stay eager's."""
     net = _Pools().eval()
-    x = _nonfinite((2, 4, 17, 33), 3).to(memory_format=torch.channels_last)
+    x = nonfinite_input((2, 4, 17, 33), 3).to(memory_format=torch.channels_last)
     strat = TilesStrategy(pathweave.capture(net, x), threads=2)
     try:
         with torch.no_grad():
@@ -174,7 +166,7 @@ def test_conv_layouts_match_eager(level: str, shape: tuple, outputs_close, monke
             x = torch.randn(shape, generator=torch.Generator().manual_seed(seed))
             with torch.no_grad():
                 outputs_close(strat(x), net(x), rtol=1e-4, atol_scale=1e-5)
-        x = _nonfinite(shape, 5)
+        x = nonfinite_input(shape, 5)
         with torch.no_grad():  # NaN where eager has it (inf - inf inside the sums: NaN there too)
             got, want = strat(x), net(x)
         assert torch.equal(got.isnan(), want.isnan())
