@@ -111,8 +111,7 @@ def _match(pool: torch.fx.Node) -> CommutePool | None:
     conv = next(iter(pool.users)) if len(pool.users) == 1 else None
     p = _pointwise(conv, pool) if conv is not None else None
     if p is not None:
-        o, c = p["weight"].meta["val"].shape[:2]
-        first, second = conv_first_costs(o, c, p_in, p_out, taps)
+        first, second = _costs(p, p_in, p_out, taps)
         if first < second:
             return CommutePool(pool.name, conv.name)
     conv = a["self"]
@@ -125,9 +124,14 @@ def _match(pool: torch.fx.Node) -> CommutePool | None:
     full = as_ints(a["padding"], 2) == [0, 0] and not a["ceil_mode"] and a["divisor_override"] is None
     if p["bias"] is not None and not full:
         return None
-    o, c = p["weight"].meta["val"].shape[:2]
-    first, second = conv_first_costs(o, c, p_in, p_out, taps)
+    first, second = _costs(p, p_in, p_out, taps)
     return CommutePool(pool.name, conv.name, pool_first=True) if second < first else None
+
+
+def _costs(parts: dict[str, Any], p_in: int, p_out: int, taps: int) -> tuple[int, int]:
+    """``conv_first_costs`` for the 1x1 convolution whose arguments ``parts`` holds."""
+    o, c = parts["weight"].meta["val"].shape[:2]
+    return conv_first_costs(o, c, p_in, p_out, taps)
 
 
 def propose(gm: torch.fx.GraphModule) -> list[CommutePool]:
