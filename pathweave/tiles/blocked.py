@@ -40,7 +40,7 @@ from pathweave.analysis.ops import op_name
 from pathweave.tiles.abi import BLK_IN, BLK_OUT, BLK_RES, WINDOW_TAPS
 from pathweave.tiles.graph import TileGraph
 from pathweave.tiles.maps import as_ints, bound_args, shape
-from pathweave.tiles.rows import is_constant
+from pathweave.tiles.rows import base_node, is_constant
 
 #: the kernel levels at which 1x1 layers keep their activations blocked (``()``: every buffer NCHW, for
 #: A/B in one process)
@@ -162,17 +162,10 @@ def inplace_residuals(gm: torch.fx.GraphModule, graph: TileGraph, isa: str) -> d
         if bool(bits & BLK_OUT) != bool(bits & BLK_RES) or tuple(shape(residual)) != tuple(shape(node)):
             continue
         others = [v for k, v in args.items() if k != "residual" and isinstance(v, torch.fx.Node)]
-        if any(_base(n, index) is residual for n in others):
+        if any(base_node(n, index) is residual for n in others):
             continue  # its input too (or a view of it): other tiles would read what one wrote
         found[i] = index[residual.name]
     return found
-
-
-def _base(node: torch.fx.Node, index: dict[str, int]) -> torch.fx.Node:
-    """The layer (or graph input) whose buffer ``node`` reads: through views to their first input."""
-    while node.name not in index and node.all_input_nodes:
-        node = node.all_input_nodes[0]
-    return node
 
 
 def _reads_as_activation(user: torch.fx.Node, value: torch.fx.Node) -> bool:

@@ -127,16 +127,8 @@ class BufferPlan:
         ``b`` descending from every tile of ``a``'s chain whose box meets its own and from their readers
         (tiles of ``b`` aside)."""
         names = before.layer_names
-        fits = (
-            a < b
-            and self.offsets[a] == self.offsets[b]
-            and tuple(before.layer_shapes[a]) == tuple(before.layer_shapes[b])
-            and self.itemsizes[a] == self.itemsizes[b]
-            and int(last_use[a]) == b
-            and a not in keep
-            and not {a, b} & _in_slots(self.slots)
-        )
-        if not fits:
+        fits = _may_overlay(before, a, b, keep, _in_slots(self.slots), last_use, self.itemsizes)
+        if not fits or self.offsets[a] != self.offsets[b]:
             raise PlanError(f"layer {names[b]} cannot be written over layer {names[a]}")
         b0 = int(before.layer_tile_start[b])
         for j, needed in enumerate(_inplace_sources(before, self.inplace, b)):
@@ -155,6 +147,27 @@ def _chain(inplace: dict[int, int], layer: int) -> list[int]:
         layer = inplace[layer]
         chain.append(layer)
     return chain
+
+
+def _may_overlay(
+    graph: TileGraph,
+    a: int,
+    b: int,
+    keep: set[int],
+    in_slots: set[int],
+    last_use: np.ndarray,
+    widths: np.ndarray,
+) -> bool:
+    """Whether layer ``b`` may be written over layer ``a`` (the module docstring's conditions): ``a``
+    earlier, read last by ``b``, not kept, neither in a concatenation, one shape and element size."""
+    return (
+        a < b
+        and int(last_use[a]) == b
+        and a not in keep
+        and not {a, b} & in_slots
+        and tuple(graph.layer_shapes[a]) == tuple(graph.layer_shapes[b])
+        and widths[a] == widths[b]
+    )
 
 
 def _in_slots(slots: dict[int, tuple[int, int]]) -> set[int]:
@@ -263,7 +276,7 @@ def plan_buffers(
     sizes = [int(np.prod(graph.layer_shapes[i])) for i in range(n)]
     padded = [-(-s // ALIGN) * ALIGN for s in sizes]
     last_use = _last_use(graph)
-    taken = _take_inplace(graph, inplace or {}, keep, slots, last_use, sizes, widths)
+    taken = _take_inplace(graph, inplace or {}, keep, slots, last_use, widths)
     root, rel = _roots(n, slots, taken)
     members: dict[int, list[int]] = {}
     for i in range(n):
@@ -327,26 +340,16 @@ def _take_inplace(
     keep: set[int],
     slots: dict[int, tuple[int, int]],
     last_use: np.ndarray,
-    sizes: list[int],
     widths: np.ndarray,
 ) -> dict[int, int]:
-    """The proposals that hold (module docstring): the residual an earlier layer, read last by the layer,
-    not kept, neither in a concatenation, one size and element size; a layer named out of range raises."""
+    """The proposals that hold (``_may_overlay``); a layer named out of range raises."""
     n = graph.num_layers
     inside = _in_slots(slots)
     taken: dict[int, int] = {}
     for i, a in sorted(proposed.items()):
         if not (0 <= a < n and 0 <= i < n):
             raise InputError(f"in-place proposal {i} -> {a}: layers are 0..{n - 1}")
-        if (
-            a < i
-            and int(last_use[a]) == i
-            and a not in keep
-            and not {a, i} & inside
-            and sizes[a] == sizes[i]
-            and tuple(graph.layer_shapes[a]) == tuple(graph.layer_shapes[i])
-            and widths[a] == widths[i]
-        ):
+        if _may_overlay(graph, a, i, keep, inside, last_use, widths):
             taken[i] = a
     return taken
 

@@ -45,6 +45,7 @@ from pathweave.tiles.rows import (
     LayerRow,
     NoKernel,
     View,
+    base_node,
     input_dtype,
     out_shape,
     output_dtype,
@@ -167,9 +168,7 @@ def output_layers(gm: torch.fx.GraphModule, graph: TileGraph) -> set[int]:
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
     found = set()
     for leaf in pytree.tree_leaves(out_node.args[0]):
-        node = leaf
-        while isinstance(node, torch.fx.Node) and node.name not in index and node.all_input_nodes:
-            node = node.all_input_nodes[0]
+        node = base_node(leaf, index)
         if isinstance(node, torch.fx.Node) and node.name in index:
             found.add(index[node.name])
     return found

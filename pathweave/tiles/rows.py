@@ -196,6 +196,14 @@ def coalesced(v: View) -> tuple[tuple[int, ...], tuple[int, ...]]:
     return tuple(n for n, _ in merged), tuple(s for _, s in merged)
 
 
+def base_node(node: Any, index: dict[str, int]) -> Any:
+    """The layer (a name in ``index``) or graph input whose buffer ``node`` reads: through views to their
+    first input (``node`` itself where it is none of those, or not a node)."""
+    while isinstance(node, torch.fx.Node) and node.name not in index and node.all_input_nodes:
+        node = node.all_input_nodes[0]
+    return node
+
+
 def is_constant(node: Any) -> bool:
     """Whether ``node`` is a constant (a weight), directly or through views of one: only constants may be
     packed at build time (a weight that is an input or a layer's output changes with every run)."""
