@@ -112,6 +112,9 @@ void pw_gemm_blocked(int64_t rows, int64_t P, int64_t K, const float *wp, const 
 #define PW_WINDOW_TAPS 64
 /* output channels per group of its packed weights (3 vectors of 8) */
 #define PW_BLOCK_GROUP 24
+/* the width of the group from a channel range's row with `left` rows left: 24, but the last 32 as 16 + 16
+ * (a group of 8 has 4 accumulators, too few to hide the multiply-adds' latency); bind_cnn.py packs so */
+static inline int64_t pw_block_group(int64_t left) { return left == 32 ? 16 : left < 24 ? left : 24; }
 void pw_block_padded(int64_t C, int64_t H, int64_t W, const float *x, int64_t r0, int64_t rows, int64_t pad,
                      int64_t used, int64_t Wp, float *out);
 

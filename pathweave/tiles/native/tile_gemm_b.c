@@ -5,7 +5,8 @@
  * residual a plane apart per channel. Here an activation may be kept in blocks of 8 channels
  * ([C/8][H][W][8], oneDNN's nChw8c) between layers: the Python side (tiles/blocked.py) keeps a value
  * blocked where its producer and every reader are 1x1 layers of this kernel. The vectors run along the
- * output channels: per k, 3 vectors of weights (packed per channel range in groups of 24, [K][24]) and 4
+ * output channels: per k, 3 vectors of weights (packed per channel range in groups of 24, [K][24]; the
+ * last 32 as 16 + 16, pw_block_group) and 4
  * positions' input values broadcast from one 128-byte run of the blocked input. The sums leave the
  * registers as 4 positions x 8 channels: stored as they are into a blocked output, or transposed into 8
  * NCHW rows of 4 positions; the residual is read in either layout (the same in-register transpose, which
@@ -284,8 +285,8 @@ PW_VT static void gemm_blocked_8(int64_t rows, int64_t P, int64_t K, const float
     const int split = mode == 2 && io->part && bytes > PW_SHARE_BYTES;
     const int64_t shares = split ? (bytes + PW_SHARE_BYTES - 1) / PW_SHARE_BYTES : 1;
     const int64_t per = (blocks + shares - 1) / shares;
-    for (int64_t lane0 = 0; lane0 < rows; lane0 += PW_BLOCK_GROUP) {
-        const int64_t nv = min64(3, (rows - lane0) / 8);
+    for (int64_t lane0 = 0, nv; lane0 < rows; lane0 += 8 * nv) {
+        nv = pw_block_group(rows - lane0) / 8;
         const float *w = wp + lane0 * K8 * taps;
         for (int64_t kb0 = 0; kb0 < blocks; kb0 += per) { /* one pass (phase 0) or the shares (1, 2, 3) */
             const int64_t kb1 = min64(blocks, kb0 + per);
@@ -358,8 +359,8 @@ void pw_gemm_blocked(int64_t rows, int64_t P, int64_t K, const float *wp, const 
     /* any other level: the same sums in C */
     const int64_t K8 = (K + 7) / 8 * 8, taps = io->taps > 1 ? io->taps : 1;
     const int c_blk = io->layout & PW_BLK_OUT, r_blk = io->layout & PW_BLK_RES;
-    for (int64_t r = 0; r < rows; r++) {
-        const int64_t g = r / 24 * 24, gw = min64(24, rows - g);
+    for (int64_t r = 0, g = 0, gw = pw_block_group(rows); r < rows; r++) {
+        if (r == g + gw) g = r, gw = pw_block_group(rows - r);
         const float *w = wp + g * K8 * taps + (r - g);
         for (int64_t p = 0; p < P; p++) {
             float s = 0.0f;
