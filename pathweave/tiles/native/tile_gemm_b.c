@@ -6,8 +6,8 @@
  * ([C/8][H][W][8], oneDNN's nChw8c) between layers: the Python side (tiles/blocked.py) keeps a value
  * blocked where its producer and every reader are 1x1 layers of this kernel. The vectors run along the
  * output channels: per k, 3 vectors of weights (packed per channel range in groups of 24, [K][24]; the
- * last 32 as 16 + 16, pw_block_group) and 4
- * positions' input values broadcast from one 128-byte run of the blocked input. The sums leave the
+ * last 32 as 16 + 16, pw_block_group) and 4 positions' input values broadcast from one 128-byte run of
+ * the blocked input. The sums leave the
  * registers as 4 positions x 8 channels: stored as they are into a blocked output, or transposed into 8
  * NCHW rows of 4 positions; the residual is read in either layout (the same in-register transpose, which
  * is its own inverse). An NCHW input is first copied into blocks for the tile (pw_block_input), kept in
