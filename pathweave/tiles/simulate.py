@@ -17,7 +17,8 @@ from the C source, so it follows the runtime when its costs change:
   first task on workers 1..), median over traced 2-worker inferences;
 - ``fixed_ns``: per inference, outside the tiles (inputs copied in, outputs out, the call itself);
 - the slow-down: the kernels' summed time in traced 2-worker inferences over their 1-worker time (a
-  tile whose inputs another core wrote, shared cache and memory, cores lost to other processes).
+  tile whose inputs another core wrote, shared cache and memory, cores lost to other processes), per
+  pair of runs taken in turns with each other and with the timed ones (``calibrate``).
 Assumptions: on P >= 2 workers every kernel takes its 1-worker time times the slow-down measured on 2
 (the rows also give the time without it: no contention at all); it does not grow with P, which is
 optimistic where memory bandwidth runs out; one wake-up latency for every wait; no lock contention
@@ -312,13 +313,18 @@ def _waits(graph: TaskGraph, run: TracedRun, overhead_ns: float) -> np.ndarray:
     return (start - ready)[waited]
 
 
-def slowdown(one: TaskCosts, traced: list[TracedRun]) -> float:
-    """The kernels' summed time in ``traced`` inferences over that of ``one`` (median over the runs): how
-    much slower the same tasks ran there, e.g. on 2 workers (1.0 without runs)."""
-    total = float(one.kernel_ns.sum())
-    if not traced or total <= 0:
-        return 1.0
-    return float(np.median([float((r.times[:, 1] - r.times[:, 0]).sum()) / total for r in traced]))
+def slowdown(one: list[TracedRun], two: list[TracedRun]) -> float:
+    """How much slower the same tasks ran on 2 workers (``two``) than on 1 (``one``): the median over pairs
+    of runs taken in turns of their kernels' summed times, one over the other (1.0 without runs). Paired,
+    as a host whose speed jumps between two levels within seconds (a 2-core AVX2 VM: 37 and 48 ms per
+    GoogLeNet inference on 1 worker) gave ratios of medians from 1.17x to 1.56x in runs minutes apart."""
+    pairs = zip(one, two, strict=False)  # as many as the shorter list
+    ratios = [_kernel_sum(b) / _kernel_sum(a) for a, b in pairs if _kernel_sum(a) > 0]
+    return float(np.median(ratios)) if ratios else 1.0
+
+
+def _kernel_sum(run: TracedRun) -> float:
+    return float((run.times[:, 1] - run.times[:, 0]).sum())
 
 
 def replay_error(graph: TaskGraph, costs: TaskCosts, traced: list[TracedRun]) -> float:
@@ -364,21 +370,37 @@ class Calibration:
     replay_error_pct: float  # ``replay_error`` of the traced 2-worker runs
 
 
-def calibrate(strategy: TilesStrategy, runs: int) -> Calibration:
-    """The strategy's task graph and costs from ``runs`` traced inferences on 1 worker and on 2. Leaves
-    the strategy on its own worker count."""
+def calibrate(
+    strategy: TilesStrategy, runs: int, rounds: int = 0, progress: Progress | None = None
+) -> tuple[Calibration, dict[int, float]]:
+    """The strategy's task graph and costs from ``runs`` traced inferences on 1 worker and on 2, and the
+    median time of ``rounds`` untraced ones on each (``measure_scaling``'s, by worker count; empty for
+    none), taken in turns: round i measures each count once, then traces each once. Measured first and
+    traced after, a host whose speed drifts over minutes put the two in different hours: GoogLeNet's
+    1-worker time simulated 18% over its measured one, NASNet's 30% under, on a 2-core AVX2 VM whose
+    traced and timed inferences, taken in turns, agreed within 2.5%. Leaves the strategy on its own
+    worker count."""
     graph = TaskGraph.from_tile_graph(strategy.graph)
     inputs = list(strategy.captured.example_inputs)
     threads = strategy.threads
-    traces = {}
+    traces: dict[int, list[TracedRun]] = {1: [], 2: []}
+    times: dict[int, list[float]] = {1: [], 2: []}
     try:
-        for n in (1, 2):
-            strategy.set_workers(n)
-            traces[n] = traced_runs(strategy.runtime, lambda: strategy.run_flat(inputs), runs)
+        for i in range(max(runs, rounds)):
+            if i < rounds:
+                for row in measure_scaling(strategy, [1, 2], 1):
+                    times[row.workers].append(row.median_ms)
+            for n in (1, 2) if i < runs else ():
+                strategy.set_workers(n)
+                warmup = 3 if i == 0 else 1  # the engines just started or idle, as measure_scaling's
+                traces[n] += traced_runs(strategy.runtime, lambda: strategy.run_flat(inputs), 1, warmup)
+            if progress is not None:
+                progress.step(f"round {i + 1}")
     finally:
         strategy.set_workers(threads)
     costs = costs_from_traces(graph, traces[1], traces[2])
-    return Calibration(graph, costs, slowdown(costs, traces[2]), replay_error(graph, costs, traces[2]))
+    cal = Calibration(graph, costs, slowdown(traces[1], traces[2]), replay_error(graph, costs, traces[2]))
+    return cal, {n: float(np.median(t)) for n, t in times.items() if t}
 
 
 def simulate_rows(
@@ -415,11 +437,11 @@ def simulation_report(
     show_progress: bool = True,
 ) -> dict[str, Any]:
     """Measured 1- and 2-core times (``pathweave tiles``' interleaved medians), the costs calibrated on
-    traced runs, and the simulated rows, as one JSON-ready dict (``format_simulation`` prints it)."""
+    traced runs taken in turns with them (``calibrate``), and the simulated rows, as one JSON-ready dict
+    (``format_simulation`` prints it)."""
     load_before = loadavg()
-    progress = Progress(f"simulate {strategy.captured.name}", rounds, enabled=show_progress)
-    scaling = measure_scaling(strategy, [1, 2], rounds, progress=progress)
-    cal = calibrate(strategy, runs)
+    progress = Progress(f"simulate {strategy.captured.name}", max(rounds, runs), enabled=show_progress)
+    cal, measured = calibrate(strategy, runs, rounds, progress)
     inputs = strategy.captured.example_inputs
     path = critical_tasks(cal.graph, cal.costs)
     costs = {"work_ms": work_ns(cal.costs) / 1e6, "overhead_ns": cal.costs.overhead_ns,
@@ -436,7 +458,7 @@ def simulation_report(
         "layers": len(cal.graph.layer_start) - 1,
         "costs": costs,
         "critical_path": _path_layers(strategy.graph, cal.costs, path),
-        "rows": simulate_rows(cal, cores, {s.workers: s.median_ms for s in scaling}, barrier_ns),
+        "rows": simulate_rows(cal, cores, measured, barrier_ns),
         "assumptions": ASSUMPTIONS,
         "machine": describe(),
         "loadavg_before": load_before,

@@ -16,6 +16,7 @@ from pathweave.tiles.runtime import TileRuntime
 from pathweave.tiles.simulate import (
     TaskCosts,
     TaskGraph,
+    calibrate,
     costs_from_traces,
     critical_path_ns,
     critical_tasks,
@@ -132,10 +133,12 @@ def test_costs_read_back_from_traces() -> None:
     assert costs_from_traces(diamond, [one], []).wake_ns == 0.0
     # the 2-worker run is what the policy does with these costs: worker 1 steals tile 2 a wake-up after
     # tile 0 ends, keeps tile 3; the kernels took as long as on 1 worker
-    assert replay_error(diamond, costs, [two]) == 0.0 and slowdown(costs, [two]) == 1.0
+    assert replay_error(diamond, costs, [two]) == 0.0 and slowdown([one], [two]) == 1.0
     doubled = np.stack([two.times[:, 0], 2 * two.times[:, 1] - two.times[:, 0]], axis=1)
     slower = TracedRun(doubled, two.workers, 0, 0)  # every kernel twice as long
-    assert slowdown(costs, [slower]) == 2.0 and slowdown(costs, []) == 1.0
+    assert slowdown([one], [slower]) == 2.0 and slowdown([one], []) == 1.0
+    # paired: the median of each pair's ratio, not a ratio of medians
+    assert slowdown([one, slower], [slower, slower]) == 1.5
     with pytest.raises(InputError):
         costs_from_traces(diamond, [], [two])
 
@@ -163,6 +166,15 @@ def test_the_command_refuses_bad_options_before_building(capsys: pytest.CaptureF
     assert main(["simulate", "googlenet", "--barrier-us", "-1"]) == 2
     assert main(["simulate", "googlenet", "--plot", "curves.txt"]) == 2
     assert capsys.readouterr().err.count("pathweave: error:") == 4
+
+
+def test_calibration_in_turns_with_the_timed_runs(branches: TilesStrategy) -> None:
+    """Traced and timed runs taken round by round, as many of each as asked; the worker count restored."""
+    cal, measured = calibrate(branches, runs=3, rounds=1)
+    assert set(measured) == {1, 2} and all(ms > 0 for ms in measured.values())
+    assert cal.slowdown > 0 and cal.costs.kernel_ns.shape == (branches.graph.num_tiles,)
+    assert branches.threads == 2
+    assert calibrate(branches, runs=1, rounds=0)[1] == {}
 
 
 def test_a_model_end_to_end(branches: TilesStrategy, tmp_path: Path) -> None:
