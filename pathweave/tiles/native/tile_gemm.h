@@ -78,8 +78,8 @@ void pw_gemm_rows(int64_t rows, int64_t cols, int64_t K, const float *a, int64_t
  * tile's first channel and position, blocked (layout bit PW_BLK_OUT / PW_BLK_RES: channel blocks cs / rs
  * floats apart) or NCHW rows (cs / rs apart). pw_gemm_blocked computes pw_gemm_packed's C with its bias,
  * residual and ReLU for rows C rows (a multiple of 8) whose weights wp are packed for them alone: groups
- * of 24 rows (the last of 8 or 16), each [K8][width] with K8 = K rounded up to 8 (zeros past K), group
- * g at wp + 24 g K8. */
+ * of rows (pw_block_group: 24, the last 8 or 16, the last 32 as 16 + 16), each [K8][width] with K8 = K
+ * rounded up to 8 (zeros past K), the group from row r at wp + r K8. */
 enum { PW_BLK_IN = 1, PW_BLK_OUT = 2, PW_BLK_RES = 4 };
 typedef struct {
     const float *x;
