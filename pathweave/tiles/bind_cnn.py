@@ -200,8 +200,8 @@ def _own_kernel(t: LayerRow, w: View, x: View, layout: str | None) -> int | None
 
 def _blocked(t: LayerRow, w: View, x: View, bits: int) -> int:
     """A 1x1 layer on ``native/tile_gemm_b.c``: its weights packed per channel range of its tiles in
-    groups of 24 rows ([K8][24], the last group 8 or 16 wide, K padded with zeros to a multiple of 8; a
-    range starting at channel o at o * K8), S_LAYOUT's bits; the scratch of an NCHW input's blocked copy."""
+    groups of rows (``_block_groups``: [K8][width], K padded with zeros to a multiple of 8; a range
+    starting at channel o at o * K8), S_LAYOUT's bits; the scratch of an NCHW input's blocked copy."""
     ranges = channel_ranges(t.graph, t.index)
     if ranges is None:  # blocked_values took only layers with such ranges
         raise NoKernel("channel tiles of a blocked 1x1 layer must split its channels into ranges of 8")

@@ -236,7 +236,7 @@ def _default_count(
     if fused:
         return max(count, fuse_depthwise.MIN_TILES)
     if op_name(node) == "max_pool2d":
-        return max(1, round(count * MAX_POOL_TILE_SHARE))
+        return math.ceil(count * MAX_POOL_TILE_SHARE)
     return max(count, DEPTHWISE_MIN_TILES) if is_depthwise(node) else count
 
 

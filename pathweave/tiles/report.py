@@ -106,9 +106,11 @@ def measure_scaling(
     rounds: int,
     requests: int = 1,
     progress: Progress | None = None,
+    first: int = 0,
 ) -> list[Scaling]:
     """Median time of one inference on the example inputs for every worker count (1 added), and with
-    ``requests > 1`` also of that many requests co-executed by a ``CoExecutor`` with as many workers."""
+    ``requests > 1`` also of that many requests co-executed by a ``CoExecutor`` with as many workers.
+    Round r starts at the count ``first + r`` places on (in turn), so that none always runs first."""
     if rounds < 1 or requests < 1:
         raise InputError(f"rounds and requests must be >= 1, got {rounds} and {requests}")
     counts = sorted({1, *workers})
@@ -121,7 +123,8 @@ def measure_scaling(
     threads = strategy.threads
     try:
         for r in range(rounds):
-            for p in counts[r % len(counts) :] + counts[: r % len(counts)]:
+            at = (first + r) % len(counts)
+            for p in counts[at:] + counts[:at]:
                 strategy.set_workers(p)
                 times[p].append(_timed(lambda: strategy.run_flat(inputs)))
                 if p in coexecs:

@@ -318,12 +318,13 @@ def slowdown(one: list[TracedRun], two: list[TracedRun]) -> float:
     of runs taken in turns of their kernels' summed times, one over the other (1.0 without runs). Paired,
     as a host whose speed jumps between two levels within seconds (a 2-core AVX2 VM: 37 and 48 ms per
     GoogLeNet inference on 1 worker) gave ratios of medians from 1.17x to 1.56x in runs minutes apart."""
-    pairs = zip(one, two, strict=False)  # as many as the shorter list
-    ratios = [_kernel_sum(b) / _kernel_sum(a) for a, b in pairs if _kernel_sum(a) > 0]
+    sums = [(_kernel_sum(a), _kernel_sum(b)) for a, b in zip(one, two, strict=False)]  # the shorter's pairs
+    ratios = [b / a for a, b in sums if a > 0]
     return float(np.median(ratios)) if ratios else 1.0
 
 
 def _kernel_sum(run: TracedRun) -> float:
+    """The run's kernel times summed (ns)."""
     return float((run.times[:, 1] - run.times[:, 0]).sum())
 
 
@@ -375,11 +376,14 @@ def calibrate(
 ) -> tuple[Calibration, dict[int, float]]:
     """The strategy's task graph and costs from ``runs`` traced inferences on 1 worker and on 2, and the
     median time of ``rounds`` untraced ones on each (``measure_scaling``'s, by worker count; empty for
-    none), taken in turns: round i measures each count once, then traces each once. Measured first and
-    traced after, a host whose speed drifts over minutes put the two in different hours: GoogLeNet's
+    none), taken in turns: round i measures each count once, then traces each once, which count first
+    alternating. Measured first and traced after, a host whose speed drifts over minutes put the two in
+    different phases: GoogLeNet's
     1-worker time simulated 18% over its measured one, NASNet's 30% under, on a 2-core AVX2 VM whose
     traced and timed inferences, taken in turns, agreed within 2.5%. Leaves the strategy on its own
     worker count."""
+    if runs < 1 or rounds < 0:
+        raise InputError(f"the calibration needs runs >= 1 and rounds >= 0, got {runs} and {rounds}")
     graph = TaskGraph.from_tile_graph(strategy.graph)
     inputs = list(strategy.captured.example_inputs)
     threads = strategy.threads
@@ -387,13 +391,14 @@ def calibrate(
     times: dict[int, list[float]] = {1: [], 2: []}
     try:
         for i in range(max(runs, rounds)):
-            if i < rounds:
-                for row in measure_scaling(strategy, [1, 2], 1):
+            if i < rounds:  # 1 worker first in even rounds, 2 in odd ones, as the traced runs below
+                for row in measure_scaling(strategy, [1, 2], 1, first=i):
                     times[row.workers].append(row.median_ms)
-            for n in (1, 2) if i < runs else ():
-                strategy.set_workers(n)
-                warmup = 3 if i == 0 else 1  # the engines just started or idle, as measure_scaling's
-                traces[n] += traced_runs(strategy.runtime, lambda: strategy.run_flat(inputs), 1, warmup)
+            if i < runs:
+                for n in (1, 2) if i % 2 == 0 else (2, 1):
+                    strategy.set_workers(n)
+                    warmup = 3 if i == 0 else 1  # the engines just started or idle, as measure_scaling's
+                    traces[n] += traced_runs(strategy.runtime, lambda: strategy.run_flat(inputs), 1, warmup)
             if progress is not None:
                 progress.step(f"round {i + 1}")
     finally:
@@ -436,8 +441,8 @@ def simulation_report(
     barrier_ns: float | None = None,
     show_progress: bool = True,
 ) -> dict[str, Any]:
-    """Measured 1- and 2-core times (``pathweave tiles``' interleaved medians), the costs calibrated on
-    traced runs taken in turns with them (``calibrate``), and the simulated rows, as one JSON-ready dict
+    """Measured 1- and 2-core times (medians of untraced inferences), the costs calibrated on traced
+    runs taken in turns with them (``calibrate``), and the simulated rows, as one JSON-ready dict
     (``format_simulation`` prints it)."""
     load_before = loadavg()
     progress = Progress(f"simulate {strategy.captured.name}", max(rounds, runs), enabled=show_progress)

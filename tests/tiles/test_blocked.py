@@ -59,8 +59,8 @@ class _Net(torch.nn.Module):
 
 
 #: (channels after the stem, bottleneck width, block width, height, width): widths of 1, 2, 3, 4, 5 and 7
-#: vectors of 8 (a last group of 16 after 24; the last 32 channels as two groups of 16), maps of 63, 9
-#: and 196 positions (tails of 3, 1 and none)
+#: vectors of 8 (a last group of 16 after 24; the last 32 channels as two groups of 16), maps of 63, 9,
+#: 196 and 30 positions (tails of 3, 1, none and 2)
 CASES = [(16, 8, 40, 9, 7), (24, 16, 24, 3, 3), (8, 24, 64, 14, 14), (16, 16, 32, 5, 11), (8, 32, 56, 6, 5)]
 
 
@@ -320,15 +320,23 @@ def test_which_windows_take_the_blocked_kernel() -> None:
 
 
 @pytest.mark.skipif("avx2" not in tile_runtime.runnable_gemm_isas(), reason="this CPU has no AVX2")
-@pytest.mark.parametrize("kernel", ["1x1 blocked", "1x1 blocked 16 + 16", "window blocked"])
-def test_a_program_built_at_avx2_runs_at_the_generic_level(kernel: str, outputs_close) -> None:  # noqa: ANN001
+@pytest.mark.parametrize(
+    ("kernel", "make", "shape"),
+    [
+        ("1x1 blocked", lambda: _Net(16, 8, 40), (1, 3, 9, 7)),
+        ("1x1 blocked", lambda: _Net(8, 32, 56), (1, 3, 9, 7)),  # groups of 16 + 16
+        ("window blocked", lambda: _Windows(16, 24), (1, 16, 9, 11)),
+    ],
+    ids=["1x1", "1x1_16+16", "window"],
+)
+def test_a_program_built_at_avx2_runs_at_the_generic_level(
+    kernel: str, make, shape: tuple, outputs_close
+) -> None:  # noqa: ANN001
     """The kernel's C loops, for a program whose level was lowered after it was built (their groups of
     output channels as the packing's: 24, 16, 8, and the last 32 as 16 + 16)."""
     torch.manual_seed(0)
-    nets = {"1x1 blocked": _Net(16, 8, 40), "1x1 blocked 16 + 16": _Net(8, 32, 56)}
-    net = nets.get(kernel, _Windows(16, 24)).eval()
-    kernel = kernel.split(" 16")[0]
-    x = torch.randn(1, 3, 9, 7) if kernel == "1x1 blocked" else torch.randn(1, 16, 9, 11)
+    net = make().eval()
+    x = torch.randn(shape)
     chosen = tile_runtime.gemm_isa()
     tile_runtime.use_gemm_isa("avx2")
     try:

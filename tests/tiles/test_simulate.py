@@ -170,11 +170,18 @@ def test_the_command_refuses_bad_options_before_building(capsys: pytest.CaptureF
 
 def test_calibration_in_turns_with_the_timed_runs(branches: TilesStrategy) -> None:
     """Traced and timed runs taken round by round, as many of each as asked; the worker count restored."""
-    cal, measured = calibrate(branches, runs=3, rounds=1)
-    assert set(measured) == {1, 2} and all(ms > 0 for ms in measured.values())
-    assert cal.slowdown > 0 and cal.costs.kernel_ns.shape == (branches.graph.num_tiles,)
-    assert branches.threads == 2
-    assert calibrate(branches, runs=1, rounds=0)[1] == {}
+    branches.set_workers(1)
+    try:
+        cal, measured = calibrate(branches, runs=3, rounds=2)
+        assert set(measured) == {1, 2} and all(ms > 0 for ms in measured.values())
+        assert cal.slowdown > 0 and cal.costs.kernel_ns.shape == (branches.graph.num_tiles,)
+        assert branches.threads == 1
+        assert calibrate(branches, runs=1, rounds=0)[1] == {}
+        for runs, rounds in ((0, 1), (1, -1)):
+            with pytest.raises(InputError):
+                calibrate(branches, runs=runs, rounds=rounds)
+    finally:
+        branches.set_workers(2)
 
 
 def test_a_model_end_to_end(branches: TilesStrategy, tmp_path: Path) -> None:

@@ -78,8 +78,9 @@ void pw_gemm_rows(int64_t rows, int64_t cols, int64_t K, const float *a, int64_t
  * tile's first channel and position, blocked (layout bit PW_BLK_OUT / PW_BLK_RES: channel blocks cs / rs
  * floats apart) or NCHW rows (cs / rs apart). pw_gemm_blocked computes pw_gemm_packed's C with its bias,
  * residual and ReLU for rows C rows (a multiple of 8) whose weights wp are packed for them alone: groups
- * of rows (pw_block_group: 24, the last 8 or 16, the last 32 as 16 + 16), each [K8][width] with K8 = K
- * rounded up to 8 (zeros past K), the group from row r at wp + r K8. */
+ * of rows (pw_block_group: 24, the last 32 as 16 + 16, a range of 8 or 16 one group), each [K8][width]
+ * with K8 = K rounded up to 8 (zeros past K), the group from row r at wp + r K8 (times the taps of a
+ * window). */
 enum { PW_BLK_IN = 1, PW_BLK_OUT = 2, PW_BLK_RES = 4 };
 typedef struct {
     const float *x;
@@ -105,16 +106,16 @@ void pw_block_input(int64_t K, int64_t P, const float *b, int64_t ldb, float *x)
 void pw_block_input_strided(int64_t K, int64_t P, const float *b, int64_t ldb, int64_t w, int64_t ow, int64_t pos0,
                             int64_t stride, float *x);
 void pw_gemm_blocked(int64_t rows, int64_t P, int64_t K, const float *wp, const pw_blocked_io *io, int act);
-/* a window's input rows r0 .. r0 + rows - 1 of an NCHW image (C channels, H x W; rows outside [0, H) zero)
- * as blocks of zero-padded rows, [(C + 7) / 8][rows][Wp][8]: column c holds input column c - pad, zero
- * outside [0, used) and past C; used <= Wp - pad, and 0 where pad >= Wp */
-/* the most taps of a window on this kernel (Python checks) */
-#define PW_WINDOW_TAPS 64
 /* output channels per group of its packed weights (3 vectors of 8) */
 #define PW_BLOCK_GROUP 24
 /* the width of the group from a channel range's row with `left` rows left: 24, but the last 32 as 16 + 16
  * (a group of 8 has 4 accumulators, too few to hide the multiply-adds' latency); bind_cnn.py packs so */
 static inline int64_t pw_block_group(int64_t left) { return left == 32 ? 16 : left < 24 ? left : 24; }
+/* a window's input rows r0 .. r0 + rows - 1 of an NCHW image (C channels, H x W; rows outside [0, H) zero)
+ * as blocks of zero-padded rows, [(C + 7) / 8][rows][Wp][8]: column c holds input column c - pad, zero
+ * outside [0, used) and past C; used <= Wp - pad, and 0 where pad >= Wp */
+/* the most taps of a window on this kernel (Python checks) */
+#define PW_WINDOW_TAPS 64
 void pw_block_padded(int64_t C, int64_t H, int64_t W, const float *x, int64_t r0, int64_t rows, int64_t pad,
                      int64_t used, int64_t Wp, float *out);
 

@@ -7,11 +7,11 @@
  * blocked where its producer and every reader are 1x1 layers of this kernel. The vectors run along the
  * output channels: per k, 3 vectors of weights (packed per channel range in groups of 24, [K][24]; the
  * last 32 as 16 + 16, pw_block_group) and 4 positions' input values broadcast from one 128-byte run of
- * the blocked input. The sums leave the
- * registers as 4 positions x 8 channels: stored as they are into a blocked output, or transposed into 8
- * NCHW rows of 4 positions; the residual is read in either layout (the same in-register transpose, which
- * is its own inverse). An NCHW input is first copied into blocks for the tile (pw_block_input), kept in
- * the worker's scratch for the layer's other channel tiles over the same rows.
+ * the blocked input. The sums leave the registers as 4 positions x 8 channels: stored as they are into a
+ * blocked output, or transposed into 8 NCHW rows of 4 positions; the residual is read in either layout
+ * (the same in-register transpose, which is its own inverse). An NCHW input is first copied into blocks
+ * for the tile (pw_block_input), kept in the worker's scratch for the layer's other channel tiles over
+ * the same rows.
  *
  * A kh x kw window runs on the same sums: tile_kernels.c's conv_window copies its input rows into blocks
  * of zero-padded rows, each tap reads a shift of the copy (io->toff), per 8 input channels the taps in
