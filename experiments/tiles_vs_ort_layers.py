@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import tempfile
 from collections import defaultdict
 from typing import Any
 
@@ -70,6 +72,7 @@ def main() -> None:
     exported = onnx_export(lm.model, lm.inputs)
     opts = ort_options(ort, args.threads, False)
     opts.enable_profiling = True
+    opts.profile_file_prefix = os.path.join(tempfile.gettempdir(), f"ort_layers_{args.model}")
     session = ort.InferenceSession(exported.data, opts, providers=["CPUExecutionProvider"])
     feed = {session.get_inputs()[0].name: inputs[0].numpy()}
     strat = TilesStrategy(pathweave.capture(lm.model, *lm.inputs), threads=args.threads)
@@ -85,8 +88,10 @@ def main() -> None:
         ours.append(profile_layers(strat.program, names, lambda: strat.run_flat(inputs), runs=1))
         session.run(None, feed)
         strat.quiesce()
-    with open(session.end_profiling()) as f:
+    profile = session.end_profiling()
+    with open(profile) as f:
         theirs = ort_node_times(json.load(f), warmup)
+    os.remove(profile)
     strat.close()
     queue: dict[Key, list[tuple[str, str, Key]]] = defaultdict(list)
     for k in theirs:
