@@ -378,10 +378,9 @@ def calibrate(
     median time of ``rounds`` untraced ones on each (``measure_scaling``'s, by worker count; empty for
     none), taken in turns: round i measures each count once, then traces each once, which count first
     alternating. Measured first and traced after, a host whose speed drifts over minutes put the two in
-    different phases: GoogLeNet's
-    1-worker time simulated 18% over its measured one, NASNet's 30% under, on a 2-core AVX2 VM whose
-    traced and timed inferences, taken in turns, agreed within 2.5%. Leaves the strategy on its own
-    worker count."""
+    different phases: GoogLeNet's 1-worker time simulated 18% over its measured one, NASNet's 30% under,
+    on a 2-core AVX2 VM whose traced and timed inferences, taken in turns, agreed within 2.5%. Leaves the
+    strategy on its own worker count."""
     if runs < 1 or rounds < 0:
         raise InputError(f"the calibration needs runs >= 1 and rounds >= 0, got {runs} and {rounds}")
     graph = TaskGraph.from_tile_graph(strategy.graph)

@@ -6,6 +6,7 @@ program built at AVX2 then run at the generic level (the kernel's C loops)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
@@ -330,8 +331,11 @@ def test_which_windows_take_the_blocked_kernel() -> None:
     ids=["1x1", "1x1_16+16", "window"],
 )
 def test_a_program_built_at_avx2_runs_at_the_generic_level(
-    kernel: str, make, shape: tuple, outputs_close
-) -> None:  # noqa: ANN001
+    kernel: str,
+    make: Callable[[], torch.nn.Module],
+    shape: tuple,
+    outputs_close,  # noqa: ANN001
+) -> None:
     """The kernel's C loops, for a program whose level was lowered after it was built (their groups of
     output channels as the packing's: 24, 16, 8, and the last 32 as 16 + 16)."""
     torch.manual_seed(0)
