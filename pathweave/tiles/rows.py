@@ -214,6 +214,22 @@ def is_constant(node: Any) -> bool:
     return isinstance(node, torch.fx.Node) and node.op == "get_attr"
 
 
+#: bytes every packed weight starts on (``packed_once``): a cache line, so that no 32-byte vector of the
+#: kernels' weight rows straddles two lines (malloc and numpy give 16; 0: as they come, for A/B)
+PACK_ALIGN = 64
+
+
+def cache_aligned(a: np.ndarray) -> np.ndarray:
+    """``a`` (C-contiguous), or a copy of it that starts on a multiple of ``PACK_ALIGN`` bytes."""
+    if not PACK_ALIGN or a.ctypes.data % PACK_ALIGN == 0:
+        return a
+    raw = np.empty(a.nbytes + PACK_ALIGN, dtype=np.uint8)
+    start = -raw.ctypes.data % PACK_ALIGN
+    out = raw[start : start + a.nbytes].view(a.dtype).reshape(a.shape)
+    out[...] = a
+    return out
+
+
 def packed_once(
     weight: torch.fx.Node, how: object, make: Callable[[], np.ndarray | None]
 ) -> np.ndarray | None:
@@ -221,6 +237,7 @@ def packed_once(
     meta, so that every program built from the graph shares it and it lives as long as the graph."""
     cached = weight.meta.get(PACKED_WEIGHTS)
     if cached is None or cached.how != how:
-        cached = Packed(how, make())
+        data = make()
+        cached = Packed(how, None if data is None else cache_aligned(data))
         weight.meta[PACKED_WEIGHTS] = cached
     return cached.data
