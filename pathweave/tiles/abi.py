@@ -19,6 +19,8 @@ PANEL_ROWS, PANEL_ROWS_T = 8, 16
 KOFF_PAD = 8
 #: which operands of a 1x1 layer on channel-blocked activations are blocked (slot S_LAYOUT, tile_gemm_b.c)
 BLK_IN, BLK_OUT, BLK_RES = 1, 2, 4
+#: S_LAYOUT of a window of fewer than 8 input channels on that kernel: its terms folded into one sum
+WINDOW_FOLD = 8
 #: the most taps of a window on that kernel (tiles/blocked.py's window_capable)
 WINDOW_TAPS = 64
 #: output channels per group of that kernel's packed weights (its sums: 3 vectors of 8)

@@ -83,8 +83,15 @@ from pathweave.tiles.abi import (
     S_Y,
     S_YSTRIDE,
     SLOTS,
+    WINDOW_FOLD,
 )
-from pathweave.tiles.blocked import blocked_capable, channel_ranges, layout_bits, window_capable
+from pathweave.tiles.blocked import (
+    blocked_capable,
+    channel_ranges,
+    layout_bits,
+    window_capable,
+    window_folded,
+)
 from pathweave.tiles.conv_layout import NARROW_MAX_POSITIONS, conv_layout, is_depthwise
 from pathweave.tiles.maps import as_ints
 from pathweave.tiles.resize import kernel_tables, resize_of
@@ -223,16 +230,30 @@ def _window(t: LayerRow, w: View, x: View) -> int:
     channels (``tile_gemm_b.c``'s ``io->part``: the tile's positions rounded up to 4, x 24 floats)."""
     ranges = channel_ranges(t.graph, t.index)
     assert ranges is not None  # window_capable took only layers with such ranges
+    folded = window_folded(x.shape[1])
+    kind = "folded" if folded else "blocked"
     packed = packed_once(
-        t.args["weight"], ("blocked", tuple(ranges)), lambda: _pack_blocked(w.array(), ranges)
+        t.args["weight"], (kind, tuple(ranges)), lambda: _pack_window(w.array(), ranges, folded)
     )
     t.keep.append(packed)
     row = t.row
-    row[S_WPACK], row[S_WPACK_T], row[S_LAYOUT] = packed.ctypes.data, PACK_BLOCKED, 0
+    row[S_WPACK], row[S_WPACK_T], row[S_LAYOUT] = (
+        packed.ctypes.data,
+        PACK_BLOCKED,
+        WINDOW_FOLD if folded else 0,
+    )
     kh, kw, st = (int(row[s]) for s in (S_KH, S_KW, S_SH))
     extent, ow = t.graph.largest_extent(t.index, 2), out_shape(t.node)[3]
-    copy = -(-x.shape[1] // 8) * 8 * ((extent - 1) * st + kh) * ((ow - 1) * st + kw)
-    return copy + blocked_floats(BLOCK_GROUP, extent * ow)
+    plane = ((extent - 1) * st + kh) * ((ow - 1) * st + kw)
+    if folded:  # conv_folded: the copy, a plane of zeros, the terms' offsets (int64, K rounded up to 8)
+        terms = -(-x.shape[1] * kh * kw // 8) * 8
+        return -(-(x.shape[1] + 1) * plane // 16) * 16 + 2 * terms
+    return -(-x.shape[1] // 8) * 8 * plane + blocked_floats(BLOCK_GROUP, extent * ow)
+
+
+def _pack_window(w: np.ndarray, ranges: list[tuple[int, int]], folded: bool) -> np.ndarray:
+    """A window's weights as ``_pack_blocked`` packs them; folded, as a 1x1 layer's over C kh kw inputs."""
+    return _pack_blocked(w.reshape(w.shape[0], -1, 1, 1) if folded else w, ranges)
 
 
 def _block_groups(start: int, stop: int) -> list[tuple[int, int]]:

@@ -50,6 +50,8 @@ BLOCKED_ISAS = ("avx2",)
 WINDOW_ISAS = ("avx2",)
 #: channels per block (one AVX2 vector)
 BLOCK = 8
+#: windows of fewer input channels than this fold them with their taps (``window_folded``; 0: none, for A/B)
+FOLD_BELOW = BLOCK
 
 
 def blocked_capable(node: torch.fx.Node, graph: TileGraph, index: int, isa: str) -> bool:
@@ -84,8 +86,9 @@ def blocked_capable(node: torch.fx.Node, graph: TileGraph, index: int, isa: str)
 def window_capable(node: torch.fx.Node, graph: TileGraph, index: int, isa: str, layout: str | None) -> bool:
     """A kh x kw convolution ``tile_gemm_b.c`` runs on a blocked copy of its NCHW input (``conv_window``):
     kernels at a level of ``WINDOW_ISAS``, not Winograd's (``layout``), one group, a constant weight, the
-    same stride both ways, no dilation, numeric padding, at most ``WINDOW_TAPS`` taps, in and out channels
-    multiples of 8, and channel tiles that split its channels into one set of ranges."""
+    same stride both ways, no dilation, numeric padding, at most ``WINDOW_TAPS`` taps, out channels a
+    multiple of 8, in channels too or fewer than 8 (``window_folded``), and channel tiles that split its
+    channels into one set of ranges."""
     if isa not in WINDOW_ISAS or layout == "winograd" or op_name(node) not in ("conv2d", "conv2d_act"):
         return False
     args = bound_args(node)
@@ -104,9 +107,16 @@ def window_capable(node: torch.fx.Node, graph: TileGraph, index: int, isa: str, 
         and stride[0] == stride[1]
         and as_ints(args["dilation"], 2) == [1, 1]
         and w[0] % BLOCK == 0
-        and w[1] % BLOCK == 0
+        and (w[1] % BLOCK == 0 or window_folded(w[1]))
         and channel_ranges(graph, index) is not None
     )
+
+
+def window_folded(in_channels: int) -> bool:
+    """Whether a window on the blocked kernel folds its input channels, rows and columns into one sum of
+    C kh kw terms (``tile_kernels.c``'s ``conv_folded``), read from an NCHW copy: fewer than ``FOLD_BELOW``
+    channels (a stem's 3), which in blocks of 8 would leave most lanes zero."""
+    return in_channels < FOLD_BELOW
 
 
 def channel_ranges(graph: TileGraph, index: int) -> list[tuple[int, int]] | None:

@@ -26,6 +26,7 @@ from pathweave.tiles.abi import (
     S_GROUPS,
     S_KH,
     S_KW,
+    S_LAYOUT,
     S_OP,
     S_OSHAPE,
     S_OUT,
@@ -34,6 +35,7 @@ from pathweave.tiles.abi import (
     S_WPACK_T,
     S_XSHAPE,
     SLOTS,
+    WINDOW_FOLD,
 )
 from pathweave.tiles.blocked import blocked_values
 from pathweave.tiles.conv_layout import WINOGRAD_MIN_CHANNELS
@@ -182,7 +184,8 @@ CONV_KERNELS = {PACKS[None]: "direct", PACKS["narrow"]: "narrow", PACKS["padded"
 def kernel_names(layers: np.ndarray) -> list[str]:
     """Which path each convolution row of a program takes ("winograd", "padded", "narrow", "direct" on the
     packed micro-kernels, "1x1" on the input as it lies, "1x1 blocked" on the channel-blocked kernel
-    (``tiles/blocked.py``), "window blocked" (a kh x kw window on that kernel), "depthwise",
+    (``tiles/blocked.py``), "window blocked" (a kh x kw window on that kernel; "window folded": its few input
+    channels folded with its taps), "depthwise",
     "depthwise+1x1" (``fuse_depthwise``), "sgemm"); "" for other layers."""
     names = []
     for row in layers:
@@ -197,7 +200,7 @@ def kernel_names(layers: np.ndarray) -> list[str]:
             if kind == "direct" and row[S_POINTWISE]:
                 kind = "1x1"
             elif kind == "1x1 blocked" and row[S_KH] * row[S_KW] > 1:
-                kind = "window blocked"
+                kind = "window folded" if row[S_LAYOUT] == WINDOW_FOLD else "window blocked"
             names.append(kind)
         else:  # OpenBLAS, or tile_kernels.c's depthwise loop (windows of more taps than tile_depthwise.c's)
             depthwise = row[S_XSHAPE + 1] == row[S_GROUPS] and not row[S_POINTWISE]  # tile_kernels.c's test

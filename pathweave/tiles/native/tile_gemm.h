@@ -82,6 +82,9 @@ void pw_gemm_rows(int64_t rows, int64_t cols, int64_t K, const float *a, int64_t
  * with K8 = K rounded up to 8 (zeros past K), the group from row r at wp + r K8 (times the taps of a
  * window). */
 enum { PW_BLK_IN = 1, PW_BLK_OUT = 2, PW_BLK_RES = 4 };
+/* S_LAYOUT of a window with fewer than 8 input channels (a stem): its channels, rows and columns folded into
+ * one sum of C kh kw terms, each position's read at koff[k] from it in a zero-padded NCHW copy */
+enum { PW_WINDOW_FOLD = 8 };
 typedef struct {
     const float *x;
     int64_t xs;
@@ -96,6 +99,9 @@ typedef struct {
     const int64_t *toff;
     float *part; /* a window's sums between shares of its input channels: pw_blocked_positions(P) x 24
                   * floats of the worker's scratch; NULL: one pass */
+    const int64_t *koff; /* a folded window (PW_WINDOW_FOLD; taps 0): term k of a position at koff[k] from
+                          * x + its input position (NCHW, not blocked; rows w wide); entries past K
+                          * point at zeros. NULL otherwise */
 } pw_blocked_io;
 static inline int64_t pw_blocked_positions(int64_t P) { return (P + 3) / 4 * 4; }
 static inline int64_t pw_blocked_floats(int64_t K, int64_t P) { return (K + 7) / 8 * 8 * pw_blocked_positions(P); }

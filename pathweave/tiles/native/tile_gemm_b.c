@@ -129,9 +129,9 @@ PW_VTI void store_quad(__m256 a[4], int nq, float *c, int64_t ldc, int c_blk, co
 /* the sums of one quad of positions (at x + qo[q] within each block of 8 input channels, xs apart) for nv
  * vectors of channels (weights w: [K8][8 nv]; a window's [K8 / 8][taps][8][8 nv], its taps reading the
  * block at toff[t] on) */
-PW_VTI void sums_body(const int nv, const int regular, const int window, int64_t K8, int64_t taps,
-                      const int64_t *toff, const float *w, const float *x, int64_t xs, const int64_t *qo,
-                      __m256 *out) {
+PW_VTI void sums_body(const int nv, const int regular, const int window, const int gather, int64_t K8,
+                      int64_t taps, const int64_t *toff, const int64_t *koff, const float *w, const float *x,
+                      int64_t xs, const int64_t *qo, __m256 *out) {
     const int64_t ws = 8 * nv;
     __m256 acc[4][3];
 #pragma GCC unroll 4
@@ -170,6 +170,29 @@ PW_VTI void sums_body(const int nv, const int regular, const int window, int64_t
                     }
                 }
             }
+    } else if (gather) { /* a folded window: term k of each position at koff[k] from its pointer */
+        const float *x0 = x + qo[0], *x1 = x + qo[1], *x2 = x + qo[2], *x3 = x + qo[3];
+        for (int64_t kb = 0; kb < K8 / 8; kb++) {
+            const float *wk = w + kb * 8 * ws;
+            const int64_t *ok = koff + kb * 8;
+#pragma GCC unroll 8
+            for (int j = 0; j < 8; j++) {
+                __m256 wv[3];
+#pragma GCC unroll 3
+                for (int v = 0; v < nv; v++) { /* pinned, as above */
+                    wv[v] = _mm256_loadu_ps(wk + j * ws + 8 * v);
+                    __asm__("" : "+x"(wv[v]));
+                }
+                const int64_t o = ok[j];
+#pragma GCC unroll 4
+                for (int q = 0; q < 4; q++) {
+                    const float *xq = q == 0 ? x0 : q == 1 ? x1 : q == 2 ? x2 : x3;
+                    const __m256 b = _mm256_broadcast_ss(xq + o);
+#pragma GCC unroll 3
+                    for (int v = 0; v < nv; v++) acc[q][v] = _mm256_fmadd_ps(b, wv[v], acc[q][v]);
+                }
+            }
+        }
     } else
     for (int64_t kb = 0; kb < K8 / 8; kb++) {
         const float *xb = x + kb * xs, *wk = w + kb * 8 * ws;
@@ -201,11 +224,11 @@ PW_VTI void sums_body(const int nv, const int regular, const int window, int64_t
 
 /* the sums of one quad of positions (at x + qo[q] within each block of 8 input channels, xs apart; regular:
  * qo = 0, 8, 16, 24) for nv vectors of channels (weights w: [K8][8 nv]), then their store */
-PW_VTI void quad_8(const int nv, const int regular, const int window, int64_t K8, const float *w, const float *x,
+PW_VTI void quad_8(const int nv, const int regular, const int mode, int64_t K8, const float *w, const float *x,
                    int64_t xs, const int64_t qo[4], int nq, int64_t lane0, int64_t p, const pw_blocked_io *io,
                    int relu, float *part, int phase) {
     __m256 sums[12];
-    sums_body(nv, regular, window, K8, io->taps, io->toff, w, x, xs, qo, sums);
+    sums_body(nv, regular, mode == 2, mode == 3, K8, io->taps, io->toff, io->koff, w, x, xs, qo, sums);
     if (phase) { /* a share of the input channels (gemm_blocked_8): the sums so far kept in part */
         float *keep = part + p / 4 * 96;
 #pragma GCC unroll 4
@@ -230,7 +253,8 @@ PW_VTI void quad_8(const int nv, const int regular, const int window, int64_t K8
 }
 
 /* one group of nv vectors of channels (from channel lane0 of the tile) over every position; mode 0: the
- * positions follow each other in x, 1: each through its row and column (stride), 2: as 1, with taps */
+ * positions follow each other in x, 1: each through its row and column (stride), 2: as 1, with taps, 3:
+ * as 1 in an NCHW copy, its terms at io->koff (a folded window) */
 PW_VTI void group_8(const int nv, const int mode, int64_t lane0, int64_t P, int64_t K8, const float *w,
                     const pw_blocked_io *io, int relu, float *part, int phase) {
     const int c_blk = io->layout & PW_BLK_OUT, r_blk = io->layout & PW_BLK_RES;
@@ -247,9 +271,9 @@ PW_VTI void group_8(const int nv, const int mode, int64_t lane0, int64_t P, int6
             int64_t at[4];
             for (int q = 0; q < 4; q++) {
                 const int64_t o = io->pos0 + p + min64(q, nq - 1);
-                at[q] = ((o / io->ow) * io->w + o % io->ow) * io->stride * 8;
+                at[q] = ((o / io->ow) * io->w + o % io->ow) * io->stride * (mode == 3 ? 1 : 8);
             }
-            quad_8(nv, 0, mode == 2, K8, w, io->x, io->xs, at, nq, lane0, p, io, relu, part, phase);
+            quad_8(nv, 0, mode, K8, w, io->x, io->xs, at, nq, lane0, p, io, relu, part, phase);
         } else if (nq == 4) {
             quad_8(nv, 1, 0, K8, w, io->x + p * 8, io->xs, full, nq, lane0, p, io, relu, part, phase);
         } else { /* the last positions: no read past them (the blocked input may end there) */
@@ -268,8 +292,8 @@ PW_VTI void group_8(const int nv, const int mode, int64_t lane0, int64_t P, int6
                                                                  int relu, float *part, int phase) {           \
         group_8(NV, S, lane0, P, K8, w, io, relu, part, phase);                                                \
     }
-PW_GROUP_FN(1, 0) PW_GROUP_FN(1, 1) PW_GROUP_FN(1, 2) PW_GROUP_FN(2, 0) PW_GROUP_FN(2, 1) PW_GROUP_FN(2, 2)
-PW_GROUP_FN(3, 0) PW_GROUP_FN(3, 1) PW_GROUP_FN(3, 2)
+PW_GROUP_FN(1, 0) PW_GROUP_FN(1, 1) PW_GROUP_FN(1, 2) PW_GROUP_FN(1, 3) PW_GROUP_FN(2, 0) PW_GROUP_FN(2, 1)
+PW_GROUP_FN(2, 2) PW_GROUP_FN(2, 3) PW_GROUP_FN(3, 0) PW_GROUP_FN(3, 1) PW_GROUP_FN(3, 2) PW_GROUP_FN(3, 3)
 #undef PW_GROUP_FN
 typedef void (*pw_group_fn)(int64_t, int64_t, int64_t, const float *, const pw_blocked_io *, int, float *, int);
 
@@ -284,11 +308,11 @@ typedef void (*pw_group_fn)(int64_t, int64_t, int64_t, const float *, const pw_b
 #define PW_SHARE_BYTES 131072
 PW_VT static void gemm_blocked_8(int64_t rows, int64_t P, int64_t K, const float *wp, const pw_blocked_io *io,
                                  int relu) {
-    static const pw_group_fn fns[3][3] = {{group_1_0, group_1_1, group_1_2},
-                                          {group_2_0, group_2_1, group_2_2},
-                                          {group_3_0, group_3_1, group_3_2}};
+    static const pw_group_fn fns[3][4] = {{group_1_0, group_1_1, group_1_2, group_1_3},
+                                          {group_2_0, group_2_1, group_2_2, group_2_3},
+                                          {group_3_0, group_3_1, group_3_2, group_3_3}};
     const int64_t K8 = (K + 7) / 8 * 8, taps = io->taps > 1 ? io->taps : 1;
-    const int mode = io->taps ? 2 : io->stride > 1;
+    const int mode = io->koff ? 3 : io->taps ? 2 : io->stride > 1;
     const int64_t bytes = K8 * taps * PW_BLOCK_GROUP * (int64_t)sizeof(float); /* one group's weights */
     const int64_t blocks = K8 / 8;
     const int split = mode == 2 && io->part && bytes > PW_SHARE_BYTES;
@@ -373,12 +397,13 @@ void pw_gemm_blocked(int64_t rows, int64_t P, int64_t K, const float *wp, const 
         const float *w = wp + g * K8 * taps + (r - g);
         for (int64_t p = 0; p < P; p++) {
             float s = 0.0f;
-            const int64_t o = io->pos0 + p, by_pos = io->taps || io->stride > 1;
-            const int64_t at = by_pos ? ((o / io->ow) * io->w + o % io->ow) * io->stride * 8 : p * 8;
+            const int64_t o = io->pos0 + p, by_pos = io->taps || io->koff || io->stride > 1;
+            const int64_t at = by_pos ? ((o / io->ow) * io->w + o % io->ow) * io->stride * (io->koff ? 1 : 8) : p * 8;
             for (int64_t k = 0; k < K; k++)
                 for (int64_t t = 0; t < taps; t++)
                     s += w[(((k / 8) * taps + t) * 8 + k % 8) * gw] *
-                         io->x[(k / 8) * io->xs + at + (io->taps ? io->toff[t] : 0) + k % 8];
+                         (io->koff ? io->x[at + io->koff[k]]
+                                   : io->x[(k / 8) * io->xs + at + (io->taps ? io->toff[t] : 0) + k % 8]);
             s += io->bias ? io->bias[r] : 0.0f;
             if (io->res) s += r_blk ? io->res[(r / 8) * io->rs + p * 8 + r % 8] : io->res[r * io->rs + p];
             if (relu) s = s > 0.0f ? s : (s != s ? s : 0.0f);

@@ -224,8 +224,48 @@ static void conv_blocked(const int64_t *L, const float *xn, float *scratch, int6
  * input rows copied once per worker into channel blocks of zero-padded rows (pw_block_padded, kept for the
  * layer's other channel tiles over the same rows), each tap a shift of that copy; the output NCHW. The
  * scratch after the copy holds the sums between shares of the input channels (io.part) */
+/* A window of fewer than 8 input channels (PW_WINDOW_FOLD: a stem's 3): blocked, its channels would fill 3
+ * of 8 lanes; folded, each position's C kh kw terms run as one sum over a zero-padded NCHW copy of the tile's
+ * input rows (as conv_padded's), term k read at koff[k] from the position, the terms past C kh kw at a plane
+ * of zeros after the copy (their weights are zero, and 0 x inf would be NaN) */
+static void conv_folded(const int64_t *L, const float *xn, float *scratch, int64_t stamp, int64_t n, int64_t oh0,
+                        int64_t oh1, int64_t o0, int64_t o1, float *on, const float *rn) {
+    const int64_t C = L[S_XSHAPE + 1], H = L[S_XSHAPE + 2], W = L[S_XSHAPE + 3];
+    const int64_t HW = L[S_OSHAPE + 2] * L[S_OSHAPE + 3], OW = L[S_OSHAPE + 3], st = L[S_SH];
+    const int64_t kh = L[S_KH], kw = L[S_KW], ph = L[S_PH], pw = L[S_PW], K = C * kh * kw, K8 = (K + 7) / 8 * 8;
+    const int64_t Wp = (OW - 1) * st + kw, rows = (oh1 - oh0 - 1) * st + kh, plane = rows * Wp;
+    const int64_t used = W < Wp - pw ? W : Wp - pw > 0 ? Wp - pw : 0;
+    int64_t *key = (int64_t *)scratch;
+    const int64_t want[6] = {(int64_t)(intptr_t)L, stamp, n, -4, oh0, oh1};
+    float *xp = scratch + PW_SCRATCH_HEADER;
+    int64_t *koff = (int64_t *)(xp + pw_padded_floats(C + 1, plane));
+    if (memcmp(key, want, sizeof want)) { /* kept for the layer's other channel tiles */
+        for (int64_t ci = 0; ci < C; ci++)
+            for (int64_t r = 0; r < rows; r++) {
+                float *d = xp + ci * plane + r * Wp;
+                const int64_t ih = oh0 * st - ph + r, lead = pw < Wp ? pw : Wp;
+                memset(d, 0, sizeof(float) * Wp);
+                if (ih >= 0 && ih < H && used > 0) memcpy(d + lead, xn + (ci * H + ih) * W, sizeof(float) * used);
+            }
+        memset(xp + C * plane, 0, sizeof(float) * plane);
+        for (int64_t ci = 0, k = 0; ci < C; ci++)
+            for (int64_t i = 0; i < kh; i++)
+                for (int64_t j = 0; j < kw; j++) koff[k++] = ci * plane + i * Wp + j;
+        for (int64_t k = K; k < K8; k++) koff[k] = C * plane;
+        memcpy(key, want, sizeof want);
+    }
+    const float *bias = in_f(L[S_BIAS]);
+    pw_blocked_io io = {xp, 0, st, Wp, OW, 0, on + o0 * HW + oh0 * OW, HW, bias ? bias + o0 : NULL,
+                        rn ? rn + o0 * HW + oh0 * OW : NULL, HW, 0, 0, NULL, NULL, koff};
+    pw_gemm_blocked(o1 - o0, (oh1 - oh0) * OW, K, in_f(L[S_WPACK]) + o0 * K8, &io, (int)L[S_ACT]);
+}
+
 static void conv_window(const int64_t *L, const float *xn, float *scratch, int64_t stamp, int64_t n, int64_t oh0,
                         int64_t oh1, int64_t o0, int64_t o1, float *on, const float *rn) {
+    if (L[S_LAYOUT] == PW_WINDOW_FOLD) {
+        conv_folded(L, xn, scratch, stamp, n, oh0, oh1, o0, o1, on, rn);
+        return;
+    }
     const int64_t C = L[S_XSHAPE + 1], H = L[S_XSHAPE + 2], W = L[S_XSHAPE + 3];
     const int64_t HW = L[S_OSHAPE + 2] * L[S_OSHAPE + 3], OW = L[S_OSHAPE + 3], st = L[S_SH];
     const int64_t kh = L[S_KH], kw = L[S_KW], ph = L[S_PH], pw = L[S_PW], taps = kh * kw;
