@@ -91,9 +91,9 @@ def blocked_capable(node: torch.fx.Node, graph: TileGraph, index: int, isa: str)
 def window_capable(node: torch.fx.Node, graph: TileGraph, index: int, isa: str, layout: str | None) -> bool:
     """A kh x kw convolution ``tile_gemm_b.c`` runs on a blocked copy of its NCHW input (``conv_window``):
     kernels at a level of ``WINDOW_ISAS``, not Winograd's (``layout``), one group, a constant weight, the
-    same stride both ways, no dilation, numeric padding, at most ``WINDOW_TAPS`` taps, out channels a
-    multiple of 8, in channels too or fewer than 8 (``window_folded``), and channel tiles that split its
-    channels into one set of ranges."""
+    same stride both ways, no dilation, numeric padding, out channels a multiple of 8, in channels too (and
+    at most ``WINDOW_TAPS`` taps) or fewer than 8 (``window_folded``, any taps), and channel tiles that split
+    its channels into one set of ranges."""
     if isa not in WINDOW_ISAS or layout == "winograd" or op_name(node) not in ("conv2d", "conv2d_act"):
         return False
     args = bound_args(node)
@@ -107,12 +107,12 @@ def window_capable(node: torch.fx.Node, graph: TileGraph, index: int, isa: str, 
     return (
         len(w) == 4
         and len(xs) == 4
-        and 1 < w[2] * w[3] <= WINDOW_TAPS
+        and 1 < w[2] * w[3]
         and int(args["groups"]) == 1
         and stride[0] == stride[1]
         and as_ints(args["dilation"], 2) == [1, 1]
         and w[0] % BLOCK == 0
-        and (w[1] % BLOCK == 0 or window_folded(w[1]))
+        and (w[1] % BLOCK == 0 and w[2] * w[3] <= WINDOW_TAPS or window_folded(w[1]))
         and channel_ranges(graph, index) is not None
     )
 
