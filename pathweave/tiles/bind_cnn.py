@@ -200,7 +200,9 @@ def _own_kernel(t: LayerRow, w: View, x: View, layout: str | None) -> int | None
         return _blocked(t, w, x, bits)
     if window_capable(t.node, t.graph, t.index, t.isa, layout):
         return _window(t, w, x)
-    if layout == "winograd" and is_constant(t.args["weight"]):
+    # fewer output channels than one panel of the transposed micro-kernel (a lowered
+    # winograd_min_channels): the direct kernels
+    if layout == "winograd" and is_constant(t.args["weight"]) and w.shape[0] >= PANEL_ROWS_T:
         return _winograd(t, w)
     return None
 

@@ -213,3 +213,18 @@ def test_winograd_min_channels_turns_winograd_off(outputs_close) -> None:
     finally:
         winograd.close()
         direct.close()
+
+
+def test_fewer_outputs_than_a_panel_run_direct_under_a_lowered_minimum(outputs_close) -> None:  # noqa: ANN001
+    """96 -> 8 channels with ``winograd_min_channels=8``: its weights fill no panel of the transposed
+    micro-kernel (16 rows), so the layer runs direct (once a build error; found by a hostile test)."""
+    torch.manual_seed(0)
+    net = torch.nn.Conv2d(96, 8, 3, padding=1).eval()
+    x = torch.randn(2, 96, 31, 24)
+    strat = TilesStrategy(pathweave.capture(net, x), threads=2, winograd_min_channels=8)
+    try:
+        assert "winograd" not in kernel_names(strat.program.layers)
+        with torch.no_grad():
+            outputs_close(strat(x), net(x), rtol=1e-4, atol_scale=1e-5)
+    finally:
+        strat.close()
