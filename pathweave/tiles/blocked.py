@@ -28,10 +28,6 @@ at 1 worker and 1.12x at 2 (paired A/B in one process; its changed layers 96.7 -
 ResNet-50 1.00x, GoogLeNet 0.97-1.00x (its changed layers 2.84 -> 2.30 ms), DenseNet-121 1.04x,
 MobileViT-XS 1.06x, SqueezeNet 1.00x.
 
-A kh x 1 window (7x1, 3x1) takes its quads of 4 positions down the tile's columns on a transposed copy
-(``window_down_columns``): a quad's taps read one run of the copy, not a row each; those layers of
-Inception-v3 0.79-0.86x the time (1 worker, paired, AVX2 Zen 3).
-
 A window of fewer than 8 input channels (a stem's 3) folds them with its taps (``window_folded``): its C kh
 kw terms form one sum, each read from a zero-padded NCHW copy at an offset of its own (``conv_folded``);
 in blocks of 8 most lanes would be zeros. ResNet's 7x7/2 stem 0.81x the time of the transposed kernel,
