@@ -21,8 +21,6 @@ KOFF_PAD = 8
 BLK_IN, BLK_OUT, BLK_RES = 1, 2, 4
 #: S_LAYOUT of a window of fewer than 8 input channels on that kernel: its terms folded into one sum
 WINDOW_FOLD = 8
-#: S_LAYOUT of a kh x 1 window on that kernel: its quads of positions down the tile's columns
-WINDOW_COLUMNS = 16
 #: the most taps of a window on that kernel (tiles/blocked.py's window_capable)
 WINDOW_TAPS = 64
 #: output channels per group of that kernel's packed weights (its sums: 3 vectors of 8)

@@ -83,7 +83,6 @@ from pathweave.tiles.abi import (
     S_Y,
     S_YSTRIDE,
     SLOTS,
-    WINDOW_COLUMNS,
     WINDOW_FOLD,
 )
 from pathweave.tiles.blocked import (
@@ -91,7 +90,6 @@ from pathweave.tiles.blocked import (
     channel_ranges,
     layout_bits,
     window_capable,
-    window_down_columns,
     window_folded,
 )
 from pathweave.tiles.conv_layout import NARROW_MAX_POSITIONS, conv_layout, is_depthwise
@@ -241,17 +239,18 @@ def _window(t: LayerRow, w: View, x: View) -> int:
     )
     t.keep.append(packed)
     row = t.row
+    row[S_WPACK], row[S_WPACK_T], row[S_LAYOUT] = (
+        packed.ctypes.data,
+        PACK_BLOCKED,
+        WINDOW_FOLD if folded else 0,
+    )
     kh, kw, st = (int(row[s]) for s in (S_KH, S_KW, S_SH))
-    layout = WINDOW_FOLD if folded else WINDOW_COLUMNS if window_down_columns(kh, kw) else 0
-    row[S_WPACK], row[S_WPACK_T], row[S_LAYOUT] = packed.ctypes.data, PACK_BLOCKED, layout
     extent, ow = t.graph.largest_extent(t.index, 2), out_shape(t.node)[3]
     plane = ((extent - 1) * st + kh) * ((ow - 1) * st + kw)
     if folded:  # conv_folded: the copy, a plane of zeros, the terms' offsets (int64, K rounded up to 8)
         terms = -(-x.shape[1] * kh * kw // 8) * 8
         return -(-(x.shape[1] + 1) * plane // 16) * 16 + 2 * terms
-    # the sums kept between shares, per quad: down columns, quads of 4 rows in each column
-    quads = -(-extent // 4) * ow if layout == WINDOW_COLUMNS else -(-extent * ow // 4)
-    return -(-x.shape[1] // 8) * 8 * plane + blocked_floats(BLOCK_GROUP, 4 * quads)
+    return -(-x.shape[1] // 8) * 8 * plane + blocked_floats(BLOCK_GROUP, extent * ow)
 
 
 def _pack_window(w: np.ndarray, ranges: list[tuple[int, int]], folded: bool) -> np.ndarray:

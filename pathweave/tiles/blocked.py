@@ -57,8 +57,6 @@ WINDOW_ISAS = ("avx2",)
 BLOCK = 8
 #: windows of fewer input channels than this fold them with their taps (``window_folded``; 0: none, for A/B)
 FOLD_BELOW = BLOCK
-#: whether kh x 1 windows run down columns (``window_down_columns``; False: along rows, for A/B)
-DOWN_COLUMNS = True
 
 
 def blocked_capable(node: torch.fx.Node, graph: TileGraph, index: int, isa: str) -> bool:
@@ -117,13 +115,6 @@ def window_capable(node: torch.fx.Node, graph: TileGraph, index: int, isa: str, 
         and (w[1] % BLOCK == 0 and w[2] * w[3] <= WINDOW_TAPS or window_folded(w[1]))
         and channel_ranges(graph, index) is not None
     )
-
-
-def window_down_columns(kh: int, kw: int) -> bool:
-    """Whether a window on the blocked kernel takes its quads of 4 positions down the tile's columns
-    (``PW_WINDOW_COLUMNS``, on a transposed copy): a kh x 1 window (Inception's 7x1), whose taps along rows
-    read a quad's 4 positions from kh rows of the copy, down a column from one run of kh + 3 positions."""
-    return DOWN_COLUMNS and kw == 1 and kh > 1
 
 
 def window_folded(in_channels: int) -> bool:

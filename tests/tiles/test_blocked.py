@@ -15,7 +15,7 @@ import torch
 import pathweave
 from pathweave.errors import PlanError
 from pathweave.tiles import runtime as tile_runtime
-from pathweave.tiles.abi import BLK_IN, BLK_OUT, BLK_RES, S_LAYOUT, WINDOW_COLUMNS
+from pathweave.tiles.abi import BLK_IN, BLK_OUT, BLK_RES, S_LAYOUT
 from pathweave.tiles.blocked import BLOCKED_ISAS, WINDOW_ISAS, blocked_values
 from pathweave.tiles.program import kernel_names
 from pathweave.tiles.strategy import TilesStrategy
@@ -271,42 +271,6 @@ def test_stems_folded_with_their_taps_match_eager(level: str, c: int, outputs_cl
         strat.close()
 
 
-class _Columns(torch.nn.Module):
-    """kh x 1 windows down columns (``window_down_columns``): Inception's 7x1 with padding and its input as
-    the residual, a 3x1 of stride 2, and a 7x1 of 208 input channels (its weights taken in shares)."""
-
-    def __init__(self, c: int) -> None:
-        super().__init__()
-        self.seven = torch.nn.Conv2d(c, c, (7, 1), padding=(3, 0))
-        self.three = torch.nn.Conv2d(c, 24, (3, 1), stride=2, padding=(1, 0))
-        self.wide = torch.nn.Conv2d(c, 208, 1)
-        self.shares = torch.nn.Conv2d(208, 16, (7, 1), padding=(3, 0))
-
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        y = torch.relu(self.seven(x) + x)
-        return torch.relu(self.three(y)), self.shares(torch.relu(self.wide(y)))
-
-
-@pytest.mark.parametrize("tiles", [None, 1], ids=["default", "one_tile"])
-@pytest.mark.parametrize("shape", [(2, 16, 9, 10), (1, 16, 17, 17)], ids=["9x10", "17x17"])
-def test_windows_down_columns_match_eager(level: str, shape: tuple, tiles: int | None, outputs_close) -> None:  # noqa: ANN001
-    """Quads of 4 rows down each column, the last of each column short where a tile's rows are no multiple
-    of 4 (9, 17), the sums kept between shares per quad (more quads than the tile's positions / 4)."""
-    torch.manual_seed(0)
-    net = _Columns(shape[1]).eval()
-    strat = TilesStrategy(pathweave.capture(net, torch.randn(shape)), threads=2, tiles_per_layer=tiles)
-    try:
-        layouts = [
-            int(r[S_LAYOUT])
-            for r, n in zip(strat.program.layers, kernel_names(strat.program.layers), strict=True)
-            if n == "window blocked"
-        ]
-        assert layouts == ([WINDOW_COLUMNS] * 3 if level in WINDOW_ISAS else [])
-        _matches_eager(strat, net, shape, outputs_close)
-    finally:
-        strat.close()
-
-
 #: (input channels, map size, stride): a 3x3 window whose groups of 24 output channels hold more weights than
 #: the kernel's share (PW_SHARE_BYTES, 128 KB: 152 input channels x 9 taps x 24 x 4 bytes), so each quad's
 #: sums run over the input channels in shares and are kept between them: 160 channels in two shares, 328 in
@@ -404,9 +368,8 @@ def test_which_windows_take_the_blocked_kernel() -> None:
         ("1x1 blocked", lambda: _Net(8, 32, 56), (1, 3, 9, 7)),  # groups of 16 + 16
         ("window blocked", lambda: _Windows(16, 24), (1, 16, 9, 11)),
         ("window folded", lambda: _Stems(3), (1, 3, 13, 11)),
-        ("window blocked", lambda: _Columns(16), (1, 16, 9, 10)),
     ],
-    ids=["1x1", "1x1_16+16", "window", "folded", "columns"],
+    ids=["1x1", "1x1_16+16", "window", "folded"],
 )
 def test_a_program_built_at_avx2_runs_at_the_generic_level(
     kernel: str,

@@ -85,9 +85,6 @@ enum { PW_BLK_IN = 1, PW_BLK_OUT = 2, PW_BLK_RES = 4 };
 /* S_LAYOUT of a window with fewer than 8 input channels (a stem): its channels, rows and columns folded into
  * one sum of C kh kw terms, each position's read at koff[k] from it in a zero-padded NCHW copy */
 enum { PW_WINDOW_FOLD = 8 };
-/* S_LAYOUT of a kh x 1 window (7x1): its copy transposed, [C8 / 8][Wp][rows][8], and its quads of
- * positions down the tile's columns, so that a quad's taps read one run of the copy instead of a row each */
-enum { PW_WINDOW_COLUMNS = 16 };
 typedef struct {
     const float *x;
     int64_t xs;
@@ -105,8 +102,6 @@ typedef struct {
     const int64_t *koff; /* a folded window (PW_WINDOW_FOLD; taps 0): term k of a position at koff[k] from
                           * x + its input position (NCHW, not blocked; rows w wide); entries past K
                           * point at zeros. NULL otherwise */
-    int64_t cols; /* a window down columns (PW_WINDOW_COLUMNS): the output's width; position p of the tile
-                   * (ow rows) is output row p % ow, column p / ow. 0 otherwise */
 } pw_blocked_io;
 static inline int64_t pw_blocked_positions(int64_t P) { return (P + 3) / 4 * 4; }
 static inline int64_t pw_blocked_floats(int64_t K, int64_t P) { return (K + 7) / 8 * 8 * pw_blocked_positions(P); }
@@ -129,9 +124,6 @@ static inline int64_t pw_block_group(int64_t left) { return left == 32 ? 16 : le
 #define PW_WINDOW_TAPS 64
 void pw_block_padded(int64_t C, int64_t H, int64_t W, const float *x, int64_t r0, int64_t rows, int64_t pad,
                      int64_t used, int64_t Wp, float *out);
-/* the same copy transposed: column c's rows in turn, [(C + 7) / 8][Wp][rows][8] */
-void pw_block_padded_cols(int64_t C, int64_t H, int64_t W, const float *x, int64_t r0, int64_t rows, int64_t pad,
-                          int64_t used, int64_t Wp, float *out);
 
 
 /* floats of a zero-padded input copy of C planes, rounded up to 16 (what follows is 64-byte aligned) */

@@ -126,20 +126,6 @@ PW_VTI void store_quad(__m256 a[4], int nq, float *c, int64_t ldc, int c_blk, co
         }
 }
 
-/* store_quad for a quad down a column (PW_WINDOW_COLUMNS): position q at c + at[q] (NCHW rows ldc apart,
- * the residual's lr apart), one float at a time */
-PW_VTI void store_quad_cols(__m256 a[4], int nq, float *c, int64_t ldc, const int64_t at[4], const float *bias,
-                            const float *res, int64_t lr, int relu) {
-    float s[4][8];
-    for (int q = 0; q < 4; q++) _mm256_storeu_ps(s[q], a[q]);
-    for (int q = 0; q < nq; q++)
-        for (int i = 0; i < 8; i++) {
-            float x = s[q][i] + (bias ? bias[i] : 0.0f) + (res ? res[i * lr + at[q]] : 0.0f);
-            if (relu) x = x > 0.0f ? x : (x != x ? x : 0.0f);
-            c[i * ldc + at[q]] = x;
-        }
-}
-
 /* the sums of one quad of positions (at x + qo[q] within each block of 8 input channels, xs apart) for nv
  * vectors of channels (weights w: [K8][8 nv]; a window's [K8 / 8][taps][8][8 nv], its taps reading the
  * block at toff[t] on) */
@@ -256,19 +242,6 @@ PW_VTI void quad_8(const int nv, const int regular, const int mode, int64_t K8, 
         if (phase < 3) return;
     }
     const int c_blk = io->layout & PW_BLK_OUT, r_blk = io->layout & PW_BLK_RES;
-    if (io->cols) { /* quad p / 4 of group_8's walk down columns: each position's place in the output */
-        const int64_t qi = p / 4, r0 = qi / io->cols * 4, col = qi % io->cols;
-        int64_t at[4];
-        for (int q = 0; q < 4; q++) at[q] = (r0 + q) * io->cols + col;
-#pragma GCC unroll 3
-        for (int v = 0; v < nv; v++) {
-            const int64_t ch = lane0 + 8 * v;
-            __m256 a[4] = {sums[v], sums[3 + v], sums[6 + v], sums[9 + v]};
-            store_quad_cols(a, nq, io->c + ch * io->cs, io->cs, at, io->bias ? io->bias + ch : NULL,
-                            io->res ? io->res + ch * io->rs : NULL, io->rs, relu);
-        }
-        return;
-    }
 #pragma GCC unroll 3
     for (int v = 0; v < nv; v++) {
         const int64_t ch = lane0 + 8 * v;
@@ -286,20 +259,10 @@ PW_VTI void group_8(const int nv, const int mode, int64_t lane0, int64_t P, int6
                     const pw_blocked_io *io, int relu, float *part, int phase) {
     const int c_blk = io->layout & PW_BLK_OUT, r_blk = io->layout & PW_BLK_RES;
     const int64_t full[4] = {0, 8, 16, 24}; /* what the regular case's constant offsets are */
-    if (mode == 2 && io->cols) { /* quads of 4 rows down a column (a transposed copy), the columns in turn */
-        for (int64_t r0 = 0, qi = 0; r0 < io->ow; r0 += 4)
-            for (int64_t col = 0; col < io->cols; col++, qi++) {
-                const int nq = (int)min64(4, io->ow - r0);
-                int64_t at[4];
-                for (int q = 0; q < 4; q++) at[q] = (col * io->w + r0 + min64(q, nq - 1)) * io->stride * 8;
-                quad_8(nv, 0, 2, K8, w, io->x, io->xs, at, nq, lane0, qi * 4, io, relu, part, phase);
-            }
-        return;
-    }
     for (int64_t p = 0; p < P; p += 4) {
         const int nq = (int)min64(4, P - p);
         /* NCHW: the lines of C and the residual 4 quads on, where this pass stores */
-        if (!c_blk && !io->cols && (phase == 0 || phase == 3) && p % 16 == 0 && p + 16 < P)
+        if (!c_blk && (phase == 0 || phase == 3) && p % 16 == 0 && p + 16 < P)
             for (int64_t i = lane0; i < lane0 + 8 * nv; i++) {
                 if (io->res && !r_blk) _mm_prefetch((const char *)(io->res + i * io->rs + p + 16), _MM_HINT_T0);
                 __builtin_prefetch(io->c + i * io->cs + p + 16, 1, 3);
@@ -408,35 +371,6 @@ void pw_block_padded(int64_t C, int64_t H, int64_t W, const float *x, int64_t r0
         }
 }
 
-void pw_block_padded_cols(int64_t C, int64_t H, int64_t W, const float *x, int64_t r0, int64_t rows, int64_t pad,
-                          int64_t used, int64_t Wp, float *out) {
-    const int64_t plane = rows * Wp * 8, lead = pad < Wp ? pad : Wp;
-    for (int64_t cb = 0; cb < (C + 7) / 8; cb++)
-        for (int64_t r = 0; r < rows; r++) {
-            float *d = out + cb * plane + r * 8; /* column c at d + c rows 8 */
-            const int64_t ih = r0 + r;
-            if (ih < 0 || ih >= H) {
-                for (int64_t c = 0; c < Wp; c++) memset(d + c * rows * 8, 0, sizeof(float) * 8);
-                continue;
-            }
-            for (int64_t c = 0; c < lead; c++) memset(d + c * rows * 8, 0, sizeof(float) * 8);
-            const float *src = x + (cb * 8 * H + ih) * W;
-            int64_t c = 0;
-#ifdef PW_B_X86
-            if (pw_vec_width() == 8 && cb * 8 + 8 <= C)
-                for (; c + 8 <= used; c += 8) {
-                    float t[64];
-                    block_row_8(src + c, H * W, 1, t);
-                    for (int i = 0; i < 8; i++) memcpy(d + (lead + c + i) * rows * 8, t + 8 * i, sizeof(float) * 8);
-                }
-#endif
-            for (; c < used; c++)
-                for (int64_t i = 0; i < 8; i++)
-                    d[(lead + c) * rows * 8 + i] = cb * 8 + i < C ? src[i * H * W + c] : 0.0f;
-            for (c = lead + used; c < Wp; c++) memset(d + c * rows * 8, 0, sizeof(float) * 8);
-        }
-}
-
 void pw_block_input(int64_t K, int64_t P, const float *b, int64_t ldb, float *x) {
 #ifdef PW_B_X86
     if (pw_vec_width() == 8) {
@@ -470,11 +404,10 @@ void pw_gemm_blocked(int64_t rows, int64_t P, int64_t K, const float *wp, const 
                     s += w[(((k / 8) * taps + t) * 8 + k % 8) * gw] *
                          (io->koff ? io->x[at + io->koff[k]]
                                    : io->x[(k / 8) * io->xs + at + (io->taps ? io->toff[t] : 0) + k % 8]);
-            const int64_t q = io->cols ? (p % io->ow) * io->cols + p / io->ow : p; /* its place in C */
             s += io->bias ? io->bias[r] : 0.0f;
-            if (io->res) s += r_blk ? io->res[(r / 8) * io->rs + p * 8 + r % 8] : io->res[r * io->rs + q];
+            if (io->res) s += r_blk ? io->res[(r / 8) * io->rs + p * 8 + r % 8] : io->res[r * io->rs + p];
             if (relu) s = s > 0.0f ? s : (s != s ? s : 0.0f);
-            io->c[c_blk ? (r / 8) * io->cs + p * 8 + r % 8 : r * io->cs + q] = s;
+            io->c[c_blk ? (r / 8) * io->cs + p * 8 + r % 8 : r * io->cs + p] = s;
         }
     }
 }

@@ -272,23 +272,19 @@ static void conv_window(const int64_t *L, const float *xn, float *scratch, int64
     const int64_t Wp = (OW - 1) * st + kw, rows = (oh1 - oh0 - 1) * st + kh, C8 = (C + 7) / 8 * 8;
     /* the input columns some window reads (none where the padding is wider than every window) */
     const int64_t used = W < Wp - pw ? W : Wp - pw > 0 ? Wp - pw : 0;
-    /* down columns (PW_WINDOW_COLUMNS): the copy transposed, a tap i rows on is i positions on, and the
-     * tile's positions run down its oh1 - oh0 rows, then across */
-    const int cols = L[S_LAYOUT] == PW_WINDOW_COLUMNS;
     int64_t toff[PW_WINDOW_TAPS];
     for (int64_t i = 0; i < kh; i++)
-        for (int64_t j = 0; j < kw; j++) toff[i * kw + j] = (cols ? j * rows + i : i * Wp + j) * 8;
+        for (int64_t j = 0; j < kw; j++) toff[i * kw + j] = (i * Wp + j) * 8;
     int64_t *key = (int64_t *)scratch;
-    const int64_t want[6] = {(int64_t)(intptr_t)L, stamp, n, cols ? -5 : -3, oh0, oh1};
+    const int64_t want[6] = {(int64_t)(intptr_t)L, stamp, n, -3, oh0, oh1};
     float *xb = scratch + PW_SCRATCH_HEADER;
     if (memcmp(key, want, sizeof want)) { /* kept for the layer's other channel tiles */
-        (cols ? pw_block_padded_cols : pw_block_padded)(C, H, W, xn, oh0 * st - ph, rows, pw, used, Wp, xb);
+        pw_block_padded(C, H, W, xn, oh0 * st - ph, rows, pw, used, Wp, xb);
         memcpy(key, want, sizeof want);
     }
     const float *bias = in_f(L[S_BIAS]);
-    pw_blocked_io io = {xb, rows * Wp * 8, st, cols ? rows : Wp, cols ? oh1 - oh0 : OW, 0, on + o0 * HW + oh0 * OW, HW,
-                        bias ? bias + o0 : NULL, rn ? rn + o0 * HW + oh0 * OW : NULL, HW, 0, taps, toff,
-                        xb + C8 * rows * Wp, NULL, cols ? OW : 0};
+    pw_blocked_io io = {xb, rows * Wp * 8, st, Wp, OW, 0, on + o0 * HW + oh0 * OW, HW, bias ? bias + o0 : NULL,
+                        rn ? rn + o0 * HW + oh0 * OW : NULL, HW, 0, taps, toff, xb + C8 * rows * Wp};
     pw_gemm_blocked(o1 - o0, (oh1 - oh0) * OW, C, in_f(L[S_WPACK]) + o0 * C8 * taps, &io, (int)L[S_ACT]);
 }
 
