@@ -220,10 +220,6 @@ static void conv_blocked(const int64_t *L, const float *xn, float *scratch, int6
     pw_gemm_blocked(o1 - o0, P, C, in_f(L[S_WPACK]) + o0 * K8, &io, (int)L[S_ACT]);
 }
 
-/* a kh x kw window (stride st both ways) by the same kernel, vectors along the output channels: the tile's
- * input rows copied once per worker into channel blocks of zero-padded rows (pw_block_padded, kept for the
- * layer's other channel tiles over the same rows), each tap a shift of that copy; the output NCHW. The
- * scratch after the copy holds the sums between shares of the input channels (io.part) */
 /* A window of fewer than 8 input channels (PW_WINDOW_FOLD: a stem's 3): blocked, its channels would fill 3
  * of 8 lanes; folded, each position's C kh kw terms run as one sum over a zero-padded NCHW copy of the tile's
  * input rows (as conv_padded's), term k read at koff[k] from the position, the terms past C kh kw at a plane
@@ -260,6 +256,10 @@ static void conv_folded(const int64_t *L, const float *xn, float *scratch, int64
     pw_gemm_blocked(o1 - o0, (oh1 - oh0) * OW, K, in_f(L[S_WPACK]) + o0 * K8, &io, (int)L[S_ACT]);
 }
 
+/* a kh x kw window (stride st both ways) by the same kernel, vectors along the output channels: the tile's
+ * input rows copied once per worker into channel blocks of zero-padded rows (pw_block_padded, kept for the
+ * layer's other channel tiles over the same rows), each tap a shift of that copy; the output NCHW. The
+ * scratch after the copy holds the sums between shares of the input channels (io.part) */
 static void conv_window(const int64_t *L, const float *xn, float *scratch, int64_t stamp, int64_t n, int64_t oh0,
                         int64_t oh1, int64_t o0, int64_t o1, float *on, const float *rn) {
     if (L[S_LAYOUT] == PW_WINDOW_FOLD) {
