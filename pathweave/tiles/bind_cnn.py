@@ -229,7 +229,9 @@ def _window(t: LayerRow, w: View, x: View) -> int:
     """A kh x kw layer on the same kernel (``window_capable``): its weights packed as ``_blocked``'s with
     each block of 8 input channels' taps in turn ([C8 / 8][taps][8] per row); the scratch of its input's
     blocked copy, zero-padded rows ([C8 / 8][rows][Wp][8]), then the sums kept between shares of its input
-    channels (``tile_gemm_b.c``'s ``io->part``: the tile's positions rounded up to 4, x 24 floats)."""
+    channels (``tile_gemm_b.c``'s ``io->part``: the tile's positions rounded up to 4, x 24 floats). A
+    folded window (``window_folded``) packs as a 1x1 layer over its C kh kw terms; its scratch is an NCHW
+    copy of its rows, a plane of zeros and the terms' offsets (``conv_folded``)."""
     ranges = channel_ranges(t.graph, t.index)
     assert ranges is not None  # window_capable took only layers with such ranges
     folded = window_folded(x.shape[1])

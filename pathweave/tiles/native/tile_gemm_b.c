@@ -126,6 +126,16 @@ PW_VTI void store_quad(__m256 a[4], int nq, float *c, int64_t ldc, int c_blk, co
         }
 }
 
+/* the nv weight vectors of one k, pinned in registers by an empty asm: GCC folded their loads into each
+ * multiply-add (see the top of this file) */
+PW_VTI void load_pinned(const int nv, const float *wk, __m256 wv[3]) {
+#pragma GCC unroll 3
+    for (int v = 0; v < nv; v++) {
+        wv[v] = _mm256_loadu_ps(wk + 8 * v);
+        __asm__("" : "+x"(wv[v]));
+    }
+}
+
 /* the sums of one quad of positions (at x + qo[q] within each block of 8 input channels, xs apart) for nv
  * vectors of channels (weights w: [K8][8 nv]; a window's [K8 / 8][taps][8][8 nv], its taps reading the
  * block at toff[t] on) */
@@ -156,11 +166,7 @@ PW_VTI void sums_body(const int nv, const int regular, const int window, const i
 #pragma GCC unroll 8
                 for (int j = 0; j < 8; j++) {
                     __m256 wv[3];
-#pragma GCC unroll 3
-                    for (int v = 0; v < nv; v++) { /* pinned: GCC folds the load into each FMA */
-                        wv[v] = _mm256_loadu_ps(wk + j * ws + 8 * v);
-                        __asm__("" : "+x"(wv[v]));
-                    }
+                    load_pinned(nv, wk + j * ws, wv);
 #pragma GCC unroll 4
                     for (int q = 0; q < 4; q++) {
                         const float *xq = q == 0 ? x0 : q == 1 ? x1 : q == 2 ? x2 : x3;
@@ -178,11 +184,7 @@ PW_VTI void sums_body(const int nv, const int regular, const int window, const i
 #pragma GCC unroll 8
             for (int j = 0; j < 8; j++) {
                 __m256 wv[3];
-#pragma GCC unroll 3
-                for (int v = 0; v < nv; v++) { /* pinned, as above */
-                    wv[v] = _mm256_loadu_ps(wk + j * ws + 8 * v);
-                    __asm__("" : "+x"(wv[v]));
-                }
+                load_pinned(nv, wk + j * ws, wv);
                 const int64_t o = ok[j];
 #pragma GCC unroll 4
                 for (int q = 0; q < 4; q++) {
@@ -203,11 +205,7 @@ PW_VTI void sums_body(const int nv, const int regular, const int window, const i
 #pragma GCC unroll 8
         for (int j = 0; j < 8; j++) {
             __m256 wv[3];
-#pragma GCC unroll 3
-            for (int v = 0; v < nv; v++) { /* pinned, as above */
-                wv[v] = _mm256_loadu_ps(wk + j * ws + 8 * v);
-                __asm__("" : "+x"(wv[v]));
-            }
+            load_pinned(nv, wk + j * ws, wv);
 #pragma GCC unroll 4
             for (int q = 0; q < 4; q++) { /* regular: the 4 positions 8 floats apart (constant offsets) */
                 const __m256 xq = _mm256_broadcast_ss(xb + (regular ? q * 8 : qo[q]) + j);
