@@ -140,6 +140,40 @@ PW_HOT_FN(static, void, depthwise_rows, (const float *xc, const float *wc, float
     }
 }
 
+/* the input columns some window reads (stride 2 may leave the last one; none where the padding is wider than
+ * every window): only those are copied, as the tile graph orders a tile after the writes of those only */
+static inline int64_t window_used(int64_t W, int64_t Wp, int64_t pw) {
+    return W < Wp - pw ? W : Wp - pw > 0 ? Wp - pw : 0;
+}
+
+/* C channels' rows ih0 .. ih0 + rows of an NCHW input copied into rows of Wp floats, `lead` zeros, the
+ * `used` input columns, zeros to the row's end; rows outside the input all zeros; channel c at c * plane */
+static void pad_rows(const float *xn, int64_t C, int64_t H, int64_t W, int64_t ih0, int64_t rows, int64_t lead,
+                     int64_t used, int64_t Wp, int64_t plane, float *xp) {
+    for (int64_t ci = 0; ci < C; ci++)
+        for (int64_t r = 0; r < rows; r++) {
+            float *d = xp + ci * plane + r * Wp;
+            const int64_t ih = ih0 + r;
+            if (ih < 0 || ih >= H || used <= 0) {
+                memset(d, 0, sizeof(float) * Wp);
+                continue;
+            }
+            memset(d, 0, sizeof(float) * lead);
+            memcpy(d + lead, xn + (ci * H + ih) * W, sizeof(float) * used);
+            memset(d + lead + used, 0, sizeof(float) * (Wp - lead - used));
+        }
+}
+
+/* term k = (c, i, j) of a window over such a copy at koff[k] = c * plane + i * Wp + j from its position;
+ * returns the count C kh kw (the callers pad the table past it) */
+static int64_t window_offsets(int64_t C, int64_t kh, int64_t kw, int64_t plane, int64_t Wp, int64_t *koff) {
+    int64_t k = 0;
+    for (int64_t ci = 0; ci < C; ci++)
+        for (int64_t i = 0; i < kh; i++)
+            for (int64_t j = 0; j < kw; j++) koff[k++] = ci * plane + i * Wp + j;
+    return k;
+}
+
 /* A convolution of stride 1 or 2 without im2col. The tile's input rows are copied once with their zero
  * padding (rows of Wp = W + 2 pw) so that B's row for (c, i, j) is the copy shifted by c * plane + i * Wp
  * + j; a stride-2 convolution without padding reads its input as it lies (ResNet's 1x1 downsampling).
@@ -153,30 +187,15 @@ static void conv_padded(const int64_t *L, const float *xn, float *scratch, int64
     const int64_t ph = L[S_PH], pw = L[S_PW], st = L[S_SH], K = C * kh * kw;
     const int copy = ph || pw || st == 1;
     const int64_t Wp = W + 2 * pw, rows = (oh1 - oh0 - 1) * st + kh, plane = copy ? rows * Wp : H * W;
-    /* the input columns some window reads (stride 2 may leave the last one): only those are copied, as
-     * the tile graph orders this tile after the writes of those only */
-    const int64_t used = (OW - 1) * st + kw - pw < W ? (OW - 1) * st + kw - pw : W;
+    const int64_t used = window_used(W, (OW - 1) * st + kw, pw);
     float *xp = scratch + PW_SCRATCH_HEADER;
     int64_t *koff = (int64_t *)(xp + (copy ? pw_padded_floats(C, plane) : 0));
     float *t = (float *)(koff + K + PW_KOFF_PAD);
     int64_t *key = (int64_t *)scratch;
     const int64_t want[6] = {(int64_t)(intptr_t)L, stamp, n, -1, oh0, oh1};
     if (memcmp(key, want, sizeof want)) {
-        for (int64_t ci = 0; copy && ci < C; ci++)
-            for (int64_t r = 0; r < rows; r++) {
-                float *d = xp + ci * plane + r * Wp;
-                const int64_t ih = oh0 * st - ph + r;
-                if (ih < 0 || ih >= H) {
-                    memset(d, 0, sizeof(float) * Wp);
-                    continue;
-                }
-                memset(d, 0, sizeof(float) * pw);
-                memcpy(d + pw, xn + (ci * H + ih) * W, sizeof(float) * used);
-                memset(d + pw + used, 0, sizeof(float) * (Wp - pw - used));
-            }
-        for (int64_t ci = 0, k = 0; ci < C; ci++)
-            for (int64_t i = 0; i < kh; i++)
-                for (int64_t j = 0; j < kw; j++) koff[k++] = ci * plane + i * Wp + j;
+        if (copy) pad_rows(xn, C, H, W, oh0 * st - ph, rows, pw, used, Wp, plane, xp);
+        window_offsets(C, kh, kw, plane, Wp, koff);
         for (int64_t k = K; k < K + PW_KOFF_PAD; k++) koff[k] = koff[K - 1]; /* read by the prefetch */
         memcpy(key, want, sizeof want);
     }
@@ -230,24 +249,15 @@ static void conv_folded(const int64_t *L, const float *xn, float *scratch, int64
     const int64_t HW = L[S_OSHAPE + 2] * L[S_OSHAPE + 3], OW = L[S_OSHAPE + 3], st = L[S_SH];
     const int64_t kh = L[S_KH], kw = L[S_KW], ph = L[S_PH], pw = L[S_PW], K = C * kh * kw, K8 = (K + 7) / 8 * 8;
     const int64_t Wp = (OW - 1) * st + kw, rows = (oh1 - oh0 - 1) * st + kh, plane = rows * Wp;
-    const int64_t used = W < Wp - pw ? W : Wp - pw > 0 ? Wp - pw : 0;
+    const int64_t used = window_used(W, Wp, pw);
     int64_t *key = (int64_t *)scratch;
     const int64_t want[6] = {(int64_t)(intptr_t)L, stamp, n, -4, oh0, oh1};
     float *xp = scratch + PW_SCRATCH_HEADER;
     int64_t *koff = (int64_t *)(xp + pw_padded_floats(C + 1, plane));
     if (memcmp(key, want, sizeof want)) { /* kept for the layer's other channel tiles */
-        for (int64_t ci = 0; ci < C; ci++)
-            for (int64_t r = 0; r < rows; r++) {
-                float *d = xp + ci * plane + r * Wp;
-                const int64_t ih = oh0 * st - ph + r, lead = pw < Wp ? pw : Wp;
-                memset(d, 0, sizeof(float) * Wp);
-                if (ih >= 0 && ih < H && used > 0) memcpy(d + lead, xn + (ci * H + ih) * W, sizeof(float) * used);
-            }
+        pad_rows(xn, C, H, W, oh0 * st - ph, rows, pw < Wp ? pw : Wp, used, Wp, plane, xp);
         memset(xp + C * plane, 0, sizeof(float) * plane);
-        for (int64_t ci = 0, k = 0; ci < C; ci++)
-            for (int64_t i = 0; i < kh; i++)
-                for (int64_t j = 0; j < kw; j++) koff[k++] = ci * plane + i * Wp + j;
-        for (int64_t k = K; k < K8; k++) koff[k] = C * plane;
+        for (int64_t k = window_offsets(C, kh, kw, plane, Wp, koff); k < K8; k++) koff[k] = C * plane;
         memcpy(key, want, sizeof want);
     }
     const float *bias = in_f(L[S_BIAS]);
@@ -270,8 +280,7 @@ static void conv_window(const int64_t *L, const float *xn, float *scratch, int64
     const int64_t HW = L[S_OSHAPE + 2] * L[S_OSHAPE + 3], OW = L[S_OSHAPE + 3], st = L[S_SH];
     const int64_t kh = L[S_KH], kw = L[S_KW], ph = L[S_PH], pw = L[S_PW], taps = kh * kw;
     const int64_t Wp = (OW - 1) * st + kw, rows = (oh1 - oh0 - 1) * st + kh, C8 = (C + 7) / 8 * 8;
-    /* the input columns some window reads (none where the padding is wider than every window) */
-    const int64_t used = W < Wp - pw ? W : Wp - pw > 0 ? Wp - pw : 0;
+    const int64_t used = window_used(W, Wp, pw);
     int64_t toff[PW_WINDOW_TAPS];
     for (int64_t i = 0; i < kh; i++)
         for (int64_t j = 0; j < kw; j++) toff[i * kw + j] = (i * Wp + j) * 8;
