@@ -53,6 +53,11 @@ BLOCKED_ISAS = ("avx2",)
 #: the kernel levels at which kh x kw convolutions that are not Winograd's take the same kernel on a
 #: blocked copy of their input (``window_capable``; ``()``: the transposed and row-vector kernels, for A/B)
 WINDOW_ISAS = ("avx2",)
+#: the activations the kernel applies in registers as it stores a layer's output (``store_quad``)
+BLOCKED_ACTS = ("none", "relu", "relu6")
+#: whether a layer of any other activation (SiLU, hard swish, GELU, ...) takes the kernel too, its output
+#: kept NCHW and the activation applied after the store (``conv_tile``'s epilogue; False: not, for A/B)
+OTHER_ACTS_NCHW = True
 #: channels per block (one AVX2 vector)
 BLOCK = 8
 #: windows of fewer input channels than this fold them with their taps (``window_folded``; 0: none, for A/B)
@@ -61,9 +66,9 @@ FOLD_BELOW = BLOCK
 
 def blocked_capable(node: torch.fx.Node, graph: TileGraph, index: int, isa: str) -> bool:
     """A layer ``tile_gemm_b.c`` can run: a 1x1 convolution of stride 1 or 2 without padding of one group, a
-    constant weight, in and out channels multiples of 8, no activation but ReLU, kernels at a level of
-    ``BLOCKED_ISAS``, and channel tiles that split its channels into one set of ranges (its weights are
-    packed per range)."""
+    constant weight, in and out channels multiples of 8, an activation of ``BLOCKED_ACTS`` (any, its output
+    then NCHW, with ``OTHER_ACTS_NCHW``), kernels at a level of ``BLOCKED_ISAS``, and channel tiles that
+    split its channels into one set of ranges (its weights are packed per range)."""
     if isa not in BLOCKED_ISAS or op_name(node) not in ("conv2d", "conv2d_act") or len(shape(node)) != 4:
         return False
     args = bound_args(node)
@@ -80,7 +85,7 @@ def blocked_capable(node: torch.fx.Node, graph: TileGraph, index: int, isa: str)
         and tuple(as_ints(args["padding"], 2)) == (0, 0)
         and w[0] % BLOCK == 0
         and w[1] % BLOCK == 0
-        and (args.get("act") or "none") in ("none", "relu")
+        and ((args.get("act") or "none") in BLOCKED_ACTS or OTHER_ACTS_NCHW)
     )
     residual = args.get("residual")
     if not plain or (residual is not None and tuple(shape(residual)) != tuple(shape(node))):
@@ -138,9 +143,9 @@ def channel_ranges(graph: TileGraph, index: int) -> list[tuple[int, int]] | None
 
 
 def blocked_values(gm: torch.fx.GraphModule, graph: TileGraph, isa: str) -> frozenset[str]:
-    """The layers whose outputs the program keeps blocked: each is ``blocked_capable`` and every user
-    of its output is a ``blocked_capable`` layer reading it as its input or residual (never a graph
-    output, a view or another kernel)."""
+    """The layers whose outputs the program keeps blocked: each is ``blocked_capable`` with an activation
+    of ``BLOCKED_ACTS`` and every user of its output is a ``blocked_capable`` layer reading it as its
+    input or residual (never a graph output, a view or another kernel)."""
     index = {str(name): i for i, name in enumerate(graph.layer_names)}
     nodes = {n.name: n for n in gm.graph.nodes}
     capable = {name for name, i in index.items() if blocked_capable(nodes[name], graph, i, isa)}
@@ -148,6 +153,8 @@ def blocked_values(gm: torch.fx.GraphModule, graph: TileGraph, isa: str) -> froz
     for name in capable:
         node = nodes[name]
         users = list(node.users)
+        if (bound_args(node).get("act") or "none") not in BLOCKED_ACTS:
+            continue  # its activation runs after the store, on an NCHW output
         if users and all(u.name in capable and _reads_as_activation(u, node) for u in users):
             kept.add(name)
     return frozenset(kept)

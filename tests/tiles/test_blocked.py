@@ -11,6 +11,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import pathweave
 from pathweave.errors import PlanError
@@ -135,6 +136,66 @@ def test_which_values_stay_blocked() -> None:
         assert "conv" in str(targets[next(iter(kept))])
     finally:
         strat.close()
+
+
+class _Inverted(torch.nn.Module):
+    """MobileNetV2 / EfficientNet inverted residuals: a 1x1 expansion with an activation (ReLU6 applied as
+    the kernel stores; SiLU, hard swish after the store), a depthwise 3x3, a 1x1 projection whose output
+    the next block's expansion and projection read (blocked where the expansion is ReLU6's)."""
+
+    def __init__(self, c: int, wide: int, acts: tuple[Callable[[torch.Tensor], torch.Tensor], ...]) -> None:
+        super().__init__()
+        self.stem, self.acts = torch.nn.Conv2d(3, c, 3, padding=1), acts
+        self.expand = torch.nn.ModuleList(torch.nn.Conv2d(c, wide, 1) for _ in acts)
+        self.dw = torch.nn.ModuleList(torch.nn.Conv2d(wide, wide, 3, padding=1, groups=wide) for _ in acts)
+        self.project = torch.nn.ModuleList(torch.nn.Conv2d(wide, c, 1) for _ in acts)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.stem(x)
+        for act, e, d, p in zip(self.acts, self.expand, self.dw, self.project, strict=True):
+            y = p(act(d(act(e(y))))) + y
+        return y
+
+
+@pytest.mark.parametrize(
+    "acts",
+    [(F.relu6, F.relu6, F.relu6), (F.silu, F.hardswish, F.relu6), (torch.sigmoid, F.relu6, F.gelu)],
+    ids=["relu6", "silu_hardswish_relu6", "sigmoid_relu6_gelu"],
+)
+def test_expansions_of_any_activation_take_the_kernel(level: str, acts: tuple, outputs_close) -> None:  # noqa: ANN001
+    torch.manual_seed(0)
+    net = _Inverted(16, 48, acts).eval()
+    shape = (2, 3, 9, 7)
+    strat = TilesStrategy(pathweave.capture(net, torch.randn(shape)), threads=2)
+    try:
+        names = kernel_names(strat.program.layers)
+        rows = dict(zip((str(n) for n in strat.graph.layer_names), strat.program.layers, strict=True))
+        kept = blocked_values(strat.gm, strat.graph, level)
+        # the 1x1 layers of 48 outputs (the depthwise layers have 48 too)
+        layers = [n for n in strat.gm.graph.nodes if n.name in rows and _kernel(strat, n) != "depthwise"]
+        expansions = [n for n in layers if _out_channels(n) == 48]
+        assert len(expansions) == len(acts)
+        for node in expansions:
+            blocked = level in BLOCKED_ISAS
+            assert (_kernel(strat, node) == "1x1 blocked") == blocked, node.name
+            # the output of a ReLU6 expansion is read by a depthwise layer (NCHW); the input of each
+            # expansion after the first is the last projection's output: blocked where the kernel is
+            assert node.name not in kept
+            if blocked and node is not expansions[0]:
+                assert int(rows[node.name][S_LAYOUT]) & BLK_IN
+        assert names.count("1x1 blocked") == (2 * len(acts) if level in BLOCKED_ISAS else 0)
+        _matches_eager(strat, net, shape, outputs_close)
+    finally:
+        strat.close()
+
+
+def _out_channels(node: torch.fx.Node) -> int:
+    return int(node.meta["val"].shape[1]) if "val" in node.meta else -1
+
+
+def _kernel(strat: TilesStrategy, node: torch.fx.Node) -> str:
+    names = [str(n) for n in strat.graph.layer_names]
+    return kernel_names(strat.program.layers)[names.index(node.name)]
 
 
 class _InPlace(torch.nn.Module):

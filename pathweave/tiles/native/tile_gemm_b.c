@@ -33,6 +33,10 @@
 
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
+/* the activations the store applies in registers; any other runs after it (tile_kernels.c's conv_tile), on
+ * an NCHW output only (tiles/blocked.py keeps such a layer's output NCHW) */
+enum { PW_CLAMP_NONE = 0, PW_CLAMP_RELU = 1, PW_CLAMP_RELU6 = 2 };
+
 #if defined(__x86_64__) && defined(__GNUC__)
 #define PW_B_X86 1
 #define PW_VW 8
@@ -82,11 +86,12 @@ PW_VTI void load_rows_4(const float *r, int64_t ld, __m256 a[4]) {
 }
 
 /* the 4 x 8 sums a[q] (positions p0 + q, channels ch .. ch + 7 of the tile) with the bias, residual and
- * ReLU into C: blocked (c: the channel block's first position; res likewise when res_blk) or NCHW rows
- * (c, res: channel ch's row at position p0; ldc, lr apart); only the first nq positions */
+ * clamp (PW_CLAMP_*: ReLU, ReLU6) into C: blocked (c: the channel block's first position; res likewise when
+ * res_blk) or NCHW rows (c, res: channel ch's row at position p0; ldc, lr apart); only the first nq
+ * positions */
 PW_VTI void store_quad(__m256 a[4], int nq, float *c, int64_t ldc, int c_blk, const float *bias, const float *res,
-                       int64_t lr, int res_blk, int relu) {
-    const __m256 zero = _mm256_setzero_ps();
+                       int64_t lr, int res_blk, int clamp) {
+    const __m256 zero = _mm256_setzero_ps(), six = _mm256_set1_ps(6.0f);
     if (bias) {
         const __m256 bv = _mm256_loadu_ps(bias);
 #pragma GCC unroll 4
@@ -106,7 +111,8 @@ PW_VTI void store_quad(__m256 a[4], int nq, float *c, int64_t ldc, int c_blk, co
 #pragma GCC unroll 4
         for (int q = 0; q < 4; q++) {
             if (res) a[q] = _mm256_add_ps(a[q], r[q]);
-            if (relu) a[q] = _mm256_max_ps(zero, a[q]); /* max(0, NaN) is NaN: the second operand */
+            if (clamp) a[q] = _mm256_max_ps(zero, a[q]); /* max(0, NaN) is NaN: the second operand */
+            if (clamp == PW_CLAMP_RELU6) a[q] = _mm256_min_ps(six, a[q]); /* min(6, NaN) too */
             if (c_blk) {
                 _mm256_storeu_ps(c + q * 8, a[q]);
             } else {
@@ -121,7 +127,8 @@ PW_VTI void store_quad(__m256 a[4], int nq, float *c, int64_t ldc, int c_blk, co
     for (int q = 0; q < nq; q++)
         for (int i = 0; i < 8; i++) {
             float x = s[q][i] + (res ? res_blk ? res[q * 8 + i] : res[i * lr + q] : 0.0f);
-            if (relu) x = x > 0.0f ? x : (x != x ? x : 0.0f);
+            if (clamp) x = x > 0.0f ? x : (x != x ? x : 0.0f);
+            if (clamp == PW_CLAMP_RELU6 && x > 6.0f) x = 6.0f;
             c[c_blk ? q * 8 + i : i * ldc + q] = x;
         }
 }
@@ -224,7 +231,7 @@ PW_VTI void sums_body(const int nv, const int regular, const int window, const i
  * qo = 0, 8, 16, 24) for nv vectors of channels (weights w: [K8][8 nv]), then their store */
 PW_VTI void quad_8(const int nv, const int regular, const int mode, int64_t K8, const float *w, const float *x,
                    int64_t xs, const int64_t qo[4], int nq, int64_t lane0, int64_t p, const pw_blocked_io *io,
-                   int relu, float *part, int phase) {
+                   int clamp, float *part, int phase) {
     __m256 sums[12];
     sums_body(nv, regular, mode == 2, mode == 3, K8, io->taps, io->toff, io->koff, w, x, xs, qo, sums);
     if (phase) { /* a share of the input channels (gemm_blocked_8): the sums so far kept in part */
@@ -246,7 +253,7 @@ PW_VTI void quad_8(const int nv, const int regular, const int mode, int64_t K8, 
         float *c = c_blk ? io->c + (ch / 8) * io->cs + p * 8 : io->c + ch * io->cs + p;
         const float *res = !io->res ? NULL : r_blk ? io->res + (ch / 8) * io->rs + p * 8 : io->res + ch * io->rs + p;
         __m256 a[4] = {sums[v], sums[3 + v], sums[6 + v], sums[9 + v]};
-        store_quad(a, nq, c, io->cs, c_blk, io->bias ? io->bias + ch : NULL, res, io->rs, r_blk, relu);
+        store_quad(a, nq, c, io->cs, c_blk, io->bias ? io->bias + ch : NULL, res, io->rs, r_blk, clamp);
     }
 }
 
@@ -254,7 +261,7 @@ PW_VTI void quad_8(const int nv, const int regular, const int mode, int64_t K8, 
  * positions follow each other in x, 1: each through its row and column (stride), 2: as 1, with taps, 3:
  * as 1 in an NCHW copy, its terms at io->koff (a folded window) */
 PW_VTI void group_8(const int nv, const int mode, int64_t lane0, int64_t P, int64_t K8, const float *w,
-                    const pw_blocked_io *io, int relu, float *part, int phase) {
+                    const pw_blocked_io *io, int clamp, float *part, int phase) {
     const int c_blk = io->layout & PW_BLK_OUT, r_blk = io->layout & PW_BLK_RES;
     const int64_t full[4] = {0, 8, 16, 24}; /* what the regular case's constant offsets are */
     for (int64_t p = 0; p < P; p += 4) {
@@ -271,12 +278,12 @@ PW_VTI void group_8(const int nv, const int mode, int64_t lane0, int64_t P, int6
                 const int64_t o = io->pos0 + p + min64(q, nq - 1);
                 at[q] = ((o / io->ow) * io->w + o % io->ow) * io->stride * (mode == 3 ? 1 : 8);
             }
-            quad_8(nv, 0, mode, K8, w, io->x, io->xs, at, nq, lane0, p, io, relu, part, phase);
+            quad_8(nv, 0, mode, K8, w, io->x, io->xs, at, nq, lane0, p, io, clamp, part, phase);
         } else if (nq == 4) {
-            quad_8(nv, 1, 0, K8, w, io->x + p * 8, io->xs, full, nq, lane0, p, io, relu, part, phase);
+            quad_8(nv, 1, 0, K8, w, io->x + p * 8, io->xs, full, nq, lane0, p, io, clamp, part, phase);
         } else { /* the last positions: no read past them (the blocked input may end there) */
             const int64_t tail[4] = {0, 8 * min64(1, nq - 1), 8 * min64(2, nq - 1), 8 * min64(3, nq - 1)};
-            quad_8(nv, 0, 0, K8, w, io->x + p * 8, io->xs, tail, nq, lane0, p, io, relu, part, phase);
+            quad_8(nv, 0, 0, K8, w, io->x + p * 8, io->xs, tail, nq, lane0, p, io, clamp, part, phase);
         }
     }
 }
@@ -287,8 +294,8 @@ PW_VTI void group_8(const int nv, const int mode, int64_t lane0, int64_t P, int6
 #define PW_GROUP_FN(NV, S)                                                                                   \
     __attribute__((noinline)) PW_VT static void group_##NV##_##S(int64_t lane0, int64_t P, int64_t K8,          \
                                                                  const float *w, const pw_blocked_io *io,       \
-                                                                 int relu, float *part, int phase) {           \
-        group_8(NV, S, lane0, P, K8, w, io, relu, part, phase);                                                \
+                                                                 int clamp, float *part, int phase) {           \
+        group_8(NV, S, lane0, P, K8, w, io, clamp, part, phase);                                                \
     }
 PW_GROUP_FN(1, 0) PW_GROUP_FN(1, 1) PW_GROUP_FN(1, 2) PW_GROUP_FN(1, 3) PW_GROUP_FN(2, 0) PW_GROUP_FN(2, 1)
 PW_GROUP_FN(2, 2) PW_GROUP_FN(2, 3) PW_GROUP_FN(3, 0) PW_GROUP_FN(3, 1) PW_GROUP_FN(3, 2) PW_GROUP_FN(3, 3)
@@ -305,7 +312,7 @@ typedef void (*pw_group_fn)(int64_t, int64_t, int64_t, const float *, const pw_b
  * 1x1 layers (K = 1024, 2048) changed nothing measurable; Inception-v3 and GoogLeNet the same. */
 #define PW_SHARE_BYTES 131072
 PW_VT static void gemm_blocked_8(int64_t rows, int64_t P, int64_t K, const float *wp, const pw_blocked_io *io,
-                                 int relu) {
+                                 int clamp) {
     static const pw_group_fn fns[3][4] = {{group_1_0, group_1_1, group_1_2, group_1_3},
                                           {group_2_0, group_2_1, group_2_2, group_2_3},
                                           {group_3_0, group_3_1, group_3_2, group_3_3}};
@@ -324,7 +331,7 @@ PW_VT static void gemm_blocked_8(int64_t rows, int64_t P, int64_t K, const float
             pw_blocked_io share = *io;
             share.x = io->x + kb0 * io->xs;
             const int phase = kb1 == blocks ? (kb0 == 0 ? 0 : 3) : (kb0 == 0 ? 1 : 2);
-            fns[nv - 1][mode](lane0, P, (kb1 - kb0) * 8, w + kb0 * taps * 64 * nv, &share, relu, io->part, phase);
+            fns[nv - 1][mode](lane0, P, (kb1 - kb0) * 8, w + kb0 * taps * 64 * nv, &share, clamp, io->part, phase);
         }
     }
 }
@@ -380,10 +387,10 @@ void pw_block_input(int64_t K, int64_t P, const float *b, int64_t ldb, float *x)
 }
 
 void pw_gemm_blocked(int64_t rows, int64_t P, int64_t K, const float *wp, const pw_blocked_io *io, int act) {
-    const int relu = act == PW_ACT_RELU;
+    const int clamp = act == PW_ACT_RELU ? PW_CLAMP_RELU : act == PW_ACT_RELU6 ? PW_CLAMP_RELU6 : PW_CLAMP_NONE;
 #ifdef PW_B_X86
     if (pw_vec_width() == 8) {
-        gemm_blocked_8(rows, P, K, wp, io, relu);
+        gemm_blocked_8(rows, P, K, wp, io, clamp);
         return;
     }
 #endif
@@ -404,7 +411,8 @@ void pw_gemm_blocked(int64_t rows, int64_t P, int64_t K, const float *wp, const 
                                    : io->x[(k / 8) * io->xs + at + (io->taps ? io->toff[t] : 0) + k % 8]);
             s += io->bias ? io->bias[r] : 0.0f;
             if (io->res) s += r_blk ? io->res[(r / 8) * io->rs + p * 8 + r % 8] : io->res[r * io->rs + p];
-            if (relu) s = s > 0.0f ? s : (s != s ? s : 0.0f);
+            if (clamp) s = s > 0.0f ? s : (s != s ? s : 0.0f);
+            if (clamp == PW_CLAMP_RELU6 && s > 6.0f) s = 6.0f;
             io->c[c_blk ? (r / 8) * io->cs + p * 8 + r % 8 : r * io->cs + p] = s;
         }
     }

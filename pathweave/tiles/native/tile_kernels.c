@@ -381,7 +381,8 @@ static int conv_tile(const int64_t *L, const int32_t *lo, const int32_t *hi, flo
                   w + o0 * K, (int)K, b, (int)ldb, 0.0f, c, (int)(OH * OW));
         }
         if (!wpack) epilogue(on, rn, bias, lo[1], hi[1], oh0 * OW, oh1 * OW, OH * OW, (int)L[S_ACT]);
-        else if (L[S_ACT] != PW_ACT_NONE && L[S_ACT] != PW_ACT_RELU) /* the rest after the store */
+        else if (L[S_ACT] != PW_ACT_NONE && L[S_ACT] != PW_ACT_RELU &&
+                 !(L[S_WPACK_T] == PW_PACK_BLOCKED && L[S_ACT] == PW_ACT_RELU6)) /* the rest after the store */
             epilogue(on, NULL, NULL, lo[1], hi[1], oh0 * OW, oh1 * OW, OH * OW, (int)L[S_ACT]);
     }
     return 0;
