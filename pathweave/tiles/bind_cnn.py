@@ -28,6 +28,7 @@ from pathweave.tiles.abi import (
     ACTS,
     BINOPS,
     BLK_IN,
+    BLK_OUT,
     BLOCK_GROUP,
     DW_SLACK,
     K_ADAPTIVE,
@@ -168,6 +169,8 @@ def conv(t: LayerRow) -> int:
     lo, hi = t.graph.layer_tile_start[t.index], t.graph.layer_tile_start[t.index + 1]
     if np.any(t.graph.tile_lo[lo:hi, 3] != 0) or np.any(t.graph.tile_hi[lo:hi, 3] != out[3]):
         raise NoKernel("tiles must span whole output rows")
+    if is_depthwise(node) and t.blocked and node.name in t.blocked:
+        return _depthwise_blocked(t, w)
     if is_depthwise(node):
         return _depthwise(t, x)
     layout = conv_layout(node, t.winograd_min_channels)
@@ -285,6 +288,24 @@ def _pack_blocked(w: np.ndarray, ranges: list[tuple[int, int]]) -> np.ndarray:
     groups = [group for a, b in ranges for group in _block_groups(a, b)]
     pieces = [flat[g:e].T.ravel() for g, e in groups]
     return np.ascontiguousarray(np.concatenate(pieces))
+
+
+def _depthwise_blocked(t: LayerRow, w: View) -> int:
+    """A depthwise layer between blocked values (``blocked_values`` keeps its output only where it
+    keeps its input too) on ``tile_gemm_b.c``'s ``pw_depthwise_blocked``: weights [C / 8][kh kw][8]; no
+    scratch."""
+    row = t.row
+    row[S_OP] = K_DEPTHWISE
+    packed = packed_once(t.args["weight"], ("depthwise blocked",), lambda: _pack_depthwise(w.array()))
+    t.keep.append(packed)
+    row[S_WPACK], row[S_LAYOUT] = packed.ctypes.data, BLK_IN | BLK_OUT
+    return 0
+
+
+def _pack_depthwise(w: np.ndarray) -> np.ndarray:
+    """[C, 1, kh, kw] as [C / 8][kh kw][8]: per block of 8 channels each tap's 8 weights together."""
+    c, _, kh, kw = w.shape
+    return np.ascontiguousarray(w.reshape(c // 8, 8, kh * kw).transpose(0, 2, 1), dtype=np.float32)
 
 
 def _depthwise(t: LayerRow, x: View) -> int:

@@ -58,6 +58,9 @@ BLOCKED_ACTS = ("none", "relu", "relu6")
 #: whether a layer of any other activation (SiLU, hard swish, GELU, ...) takes the kernel too, its output
 #: kept NCHW and the activation applied after the store (``conv_tile``'s epilogue; False: not, for A/B)
 OTHER_ACTS_NCHW = True
+#: whether depthwise layers between blocked values read and write them blocked (``depthwise_capable``;
+#: False: they keep NCHW, for A/B)
+DEPTHWISE_BLOCKED = True
 #: channels per block (one AVX2 vector)
 BLOCK = 8
 #: windows of fewer input channels than this fold them with their taps (``window_folded``; 0: none, for A/B)
@@ -122,6 +125,37 @@ def window_capable(node: torch.fx.Node, graph: TileGraph, index: int, isa: str, 
     )
 
 
+def depthwise_capable(node: torch.fx.Node, graph: TileGraph, index: int, isa: str) -> bool:
+    """A depthwise layer ``tile_gemm_b.c``'s ``pw_depthwise_blocked`` can run on a blocked input into a
+    blocked output: kernels at a level of ``BLOCKED_ISAS``, one input channel per group and one output
+    per input channel, a multiple of 8 of them, a constant weight of at most ``WINDOW_TAPS`` taps, the
+    same stride both ways, no dilation, numeric padding narrower than the window, an activation of
+    ``BLOCKED_ACTS``, no residual, and channel tiles that split its channels into ranges of 8."""
+    if isa not in BLOCKED_ISAS or op_name(node) not in ("conv2d", "conv2d_act") or len(shape(node)) != 4:
+        return False
+    args = bound_args(node)
+    weight, x = args.get("weight"), args.get("input")
+    if not isinstance(x, torch.fx.Node) or not is_constant(weight) or isinstance(args["padding"], str):
+        return False
+    w, xs = shape(weight), shape(x)
+    stride, pad = as_ints(args["stride"], 2), as_ints(args["padding"], 2)
+    return (
+        len(w) == 4
+        and len(xs) == 4
+        and int(args["groups"]) == xs[1] == w[0]
+        and w[1] == 1
+        and xs[1] % BLOCK == 0
+        and w[2] * w[3] <= WINDOW_TAPS
+        and stride[0] == stride[1]
+        and as_ints(args["dilation"], 2) == [1, 1]
+        and pad[0] < w[2]
+        and pad[1] < w[3]
+        and (args.get("act") or "none") in BLOCKED_ACTS
+        and args.get("residual") is None
+        and channel_ranges(graph, index) is not None
+    )
+
+
 def window_folded(in_channels: int) -> bool:
     """Whether a window on the blocked kernel folds its input channels, rows and columns into one sum of
     C kh kw terms (``tile_kernels.c``'s ``conv_folded``), read from an NCHW copy: fewer than ``FOLD_BELOW``
@@ -144,20 +178,33 @@ def channel_ranges(graph: TileGraph, index: int) -> list[tuple[int, int]] | None
 
 def blocked_values(gm: torch.fx.GraphModule, graph: TileGraph, isa: str) -> frozenset[str]:
     """The layers whose outputs the program keeps blocked: each is ``blocked_capable`` with an activation
-    of ``BLOCKED_ACTS`` and every user of its output is a ``blocked_capable`` layer reading it as its
-    input or residual (never a graph output, a view or another kernel)."""
+    of ``BLOCKED_ACTS``, or ``depthwise_capable`` (``DEPTHWISE_BLOCKED``), and every user of its output
+    is such a layer reading it as its input or residual (never a graph output, a view or another
+    kernel). A depthwise layer reads and writes blocked only: it counts where its input and its output
+    both stay blocked, and the sets are recomputed without the ones that do not until none is dropped
+    (the sets only shrink)."""
     index = {str(name): i for i, name in enumerate(graph.layer_names)}
     nodes = {n.name: n for n in gm.graph.nodes}
     capable = {name for name, i in index.items() if blocked_capable(nodes[name], graph, i, isa)}
-    kept = set()
-    for name in capable:
-        node = nodes[name]
-        users = list(node.users)
-        if (bound_args(node).get("act") or "none") not in BLOCKED_ACTS:
-            continue  # its activation runs after the store, on an NCHW output
-        if users and all(u.name in capable and _reads_as_activation(u, node) for u in users):
-            kept.add(name)
-    return frozenset(kept)
+    depthwise = (
+        {name for name, i in index.items() if depthwise_capable(nodes[name], graph, i, isa)}
+        if DEPTHWISE_BLOCKED
+        else set()
+    )
+    while True:
+        speakers = capable | depthwise
+        kept = set()
+        for name in speakers:
+            node = nodes[name]
+            users = list(node.users)
+            if (bound_args(node).get("act") or "none") not in BLOCKED_ACTS:
+                continue  # its activation runs after the store, on an NCHW output
+            if users and all(u.name in speakers and _reads_as_activation(u, node) for u in users):
+                kept.add(name)
+        dropped = {d for d in depthwise if d not in kept or bound_args(nodes[d])["input"].name not in kept}
+        if not dropped:
+            return frozenset(kept)
+        depthwise -= dropped
 
 
 def inplace_residuals(gm: torch.fx.GraphModule, graph: TileGraph, isa: str) -> dict[int, int]:

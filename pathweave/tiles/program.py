@@ -185,12 +185,12 @@ def kernel_names(layers: np.ndarray) -> list[str]:
     """Which path each convolution row of a program takes ("winograd", "padded", "narrow", "direct" on the
     packed micro-kernels, "1x1" on the input as it lies, "1x1 blocked" on the channel-blocked kernel
     (``tiles/blocked.py``), "window blocked" (a kh x kw window on that kernel; "window folded": its few input
-    channels folded with its taps), "depthwise",
-    "depthwise+1x1" (``fuse_depthwise``), "sgemm"); "" for other layers."""
+    channels folded with its taps), "depthwise", "depthwise blocked" (between blocked values,
+    ``blocked.depthwise_capable``), "depthwise+1x1" (``fuse_depthwise``), "sgemm"); "" for other layers."""
     names = []
     for row in layers:
         if row[S_OP] == K_DEPTHWISE:
-            names.append("depthwise")
+            names.append("depthwise blocked" if row[S_LAYOUT] else "depthwise")
         elif row[S_OP] == K_DWPW:
             names.append("depthwise+1x1")
         elif row[S_OP] != K_CONV:

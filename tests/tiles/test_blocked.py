@@ -2,7 +2,8 @@
 values stay blocked, ResNet-style bottlenecks with identity and stride-2 shortcuts whose inputs, outputs and
 residuals are blocked or NCHW in every mix, maps whose positions are no multiple of the kernel's 4, output
 channels of 1, 2 and 3 vectors (and more), a batch of 2, NaN and +-inf propagating as eager's; and a
-program built at AVX2 then run at the generic level (the kernel's C loops)."""
+program built at AVX2 then run at the generic level (the kernel's C loops). Inverted residuals: 1x1 layers
+of any activation, depthwise layers reading and writing blocks between them."""
 
 from __future__ import annotations
 
@@ -140,8 +141,10 @@ def test_which_values_stay_blocked() -> None:
 
 class _Inverted(torch.nn.Module):
     """MobileNetV2 / EfficientNet inverted residuals: a 1x1 expansion with an activation (ReLU6 applied as
-    the kernel stores; SiLU, hard swish after the store), a depthwise 3x3, a 1x1 projection whose output
-    the next block's expansion and projection read (blocked where the expansion is ReLU6's)."""
+    the kernel stores; SiLU, hard swish after the store), a depthwise 3x3 with the same activation, a 1x1
+    projection whose output the next block's expansion and projection read: with ReLU6 (or ReLU) the
+    whole block stays blocked, the depthwise layer reading and writing blocks; with the others the
+    expansion's and the depthwise layer's outputs are NCHW."""
 
     def __init__(self, c: int, wide: int, acts: tuple[Callable[[torch.Tensor], torch.Tensor], ...]) -> None:
         super().__init__()
@@ -172,19 +175,92 @@ def test_expansions_of_any_activation_take_the_kernel(level: str, acts: tuple, o
         rows = dict(zip((str(n) for n in strat.graph.layer_names), strat.program.layers, strict=True))
         kept = blocked_values(strat.gm, strat.graph, level)
         # the 1x1 layers of 48 outputs (the depthwise layers have 48 too)
-        layers = [n for n in strat.gm.graph.nodes if n.name in rows and _kernel(strat, n) != "depthwise"]
+        layers = [n for n in strat.gm.graph.nodes if n.name in rows and "depthwise" not in _kernel(strat, n)]
         expansions = [n for n in layers if _out_channels(n) == 48]
         assert len(expansions) == len(acts)
-        for node in expansions:
+        for node, act in zip(expansions, acts, strict=True):
             blocked = level in BLOCKED_ISAS
             assert (_kernel(strat, node) == "1x1 blocked") == blocked, node.name
-            # the output of a ReLU6 expansion is read by a depthwise layer (NCHW); the input of each
-            # expansion after the first is the last projection's output: blocked where the kernel is
-            assert node.name not in kept
+            # the input of each expansion after the first is the last projection's output: blocked where
+            # the kernel is; its output blocked where its activation and the depthwise layer's are ReLU6
+            assert (node.name in kept) == (blocked and act is F.relu6), node.name
             if blocked and node is not expansions[0]:
                 assert int(rows[node.name][S_LAYOUT]) & BLK_IN
         assert names.count("1x1 blocked") == (2 * len(acts) if level in BLOCKED_ISAS else 0)
+        relu6 = sum(a is F.relu6 for a in acts) if level in BLOCKED_ISAS else 0
+        assert names.count("depthwise blocked") == relu6
         _matches_eager(strat, net, shape, outputs_close)
+    finally:
+        strat.close()
+
+
+class _DepthwiseBetween(torch.nn.Module):
+    """A depthwise layer between two 1x1 layers (ReLU6, none or ReLU after it): blocked in and out."""
+
+    def __init__(self, c: int, k: int, stride: int, pad: int, act: Callable | None) -> None:
+        super().__init__()
+        self.a, self.b = torch.nn.Conv2d(16, c, 1), torch.nn.Conv2d(c, 8, 1)
+        self.dw = torch.nn.Conv2d(c, c, k, stride=stride, padding=pad, groups=c)
+        self.act = act
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.dw(F.relu6(self.a(x)))
+        return self.b(self.act(y) if self.act is not None else y)
+
+
+#: (channels, kernel, stride, padding, height, width, activation): 3x3, 5x5 and 7x7 windows, strides 1 and 2,
+#: padding none, half and narrower, maps narrower than a window's 4 positions at once, as wide as the
+#: window, odd and even; 8 and 40 channels (one and five blocks)
+DEPTHWISE_CASES = [
+    (48, 3, 1, 1, 9, 7, F.relu6), (48, 3, 2, 1, 14, 14, F.relu6), (8, 5, 1, 2, 6, 11, None),
+    (40, 5, 2, 2, 13, 9, torch.relu), (16, 7, 1, 3, 7, 7, None), (16, 3, 1, 0, 5, 3, F.relu6),
+    (24, 3, 2, 0, 3, 3, None), (16, 5, 1, 1, 4, 13, F.relu6),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", DEPTHWISE_CASES, ids=lambda c: "c{}_k{}_s{}_p{}_{}x{}".format(*c[:6]))
+def test_depthwise_layers_read_and_write_blocks(level: str, case: tuple, outputs_close) -> None:  # noqa: ANN001
+    c, k, stride, pad, h, w, act = case
+    torch.manual_seed(0)
+    net = _DepthwiseBetween(c, k, stride, pad, act).eval()
+    shape = (2, 16, h, w)
+    strat = TilesStrategy(pathweave.capture(net, torch.randn(shape)), threads=2)
+    try:
+        names = kernel_names(strat.program.layers)
+        assert names.count("depthwise blocked") == (1 if level in BLOCKED_ISAS else 0), names
+        _matches_eager(strat, net, shape, outputs_close)
+    finally:
+        strat.close()
+
+
+def test_depthwise_stays_nchw_where_a_neighbour_does() -> None:
+    """A depthwise layer whose input comes from a 3x3 layer, or whose output goes to a graph output or a
+    SiLU, or of 12 channels, keeps the NCHW kernel, and so do the values around it."""
+
+    class Mixed(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.k, self.p = torch.nn.Conv2d(16, 16, 3, padding=1), torch.nn.Conv2d(16, 16, 1)
+            self.d = torch.nn.ModuleList(torch.nn.Conv2d(16, 16, 3, padding=1, groups=16) for _ in range(3))
+            self.q, self.r = torch.nn.Conv2d(16, 12, 1), torch.nn.Conv2d(12, 12, 3, padding=1, groups=12)
+
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            a = self.p(self.d[0](self.k(x)))  # d[0]'s input: a 3x3 window's (NCHW)
+            b = F.silu(self.d[1](self.p(a)))  # d[1]'s output: read by an element-wise SiLU
+            c = self.d[2](self.p(b))  # d[2]'s output: a graph output
+            return c, self.r(self.q(a))  # r: 12 channels
+
+    strat = TilesStrategy(pathweave.capture(Mixed().eval(), torch.randn(1, 16, 6, 6)), threads=1)
+    try:
+        names = [str(n) for n in strat.graph.layer_names]
+        kinds = dict(zip(names, kernel_names(strat.program.layers), strict=True))
+        depthwise = {n for n, k in kinds.items() if k.startswith("depthwise")}
+        assert len(depthwise) == 4 and all(kinds[n] == "depthwise" for n in depthwise)
+        kept = blocked_values(strat.gm, strat.graph, "avx2")
+        assert not depthwise & kept
+        # nor their inputs: the 1x1 layers before d[1] and d[2] write NCHW
+        inputs = {n.args[0].name for n in strat.gm.graph.nodes if n.name in depthwise}
+        assert not inputs & kept
     finally:
         strat.close()
 

@@ -187,6 +187,7 @@ static void channels(const int64_t *L, int64_t n, int64_t o0, int64_t o1, int64_
 }
 
 int pw_depthwise_tile(const int64_t *L, const int32_t *lo, const int32_t *hi, float *scratch) {
+    if (L[S_LAYOUT] & PW_BLK_OUT) return pw_depthwise_blocked(L, lo, hi); /* tile_gemm_b.c */
     const float *res = in_f(L[S_Y]);
     float *out = (float *)(intptr_t)L[S_OUT];
     const int64_t C = L[S_XSHAPE + 1], O = L[S_OSHAPE + 1], OH = L[S_OSHAPE + 2], OW = L[S_OSHAPE + 3];

@@ -112,6 +112,10 @@ void pw_block_input(int64_t K, int64_t P, const float *b, int64_t ldb, float *x)
 void pw_block_input_strided(int64_t K, int64_t P, const float *b, int64_t ldb, int64_t w, int64_t ow, int64_t pos0,
                             int64_t stride, float *x);
 void pw_gemm_blocked(int64_t rows, int64_t P, int64_t K, const float *wp, const pw_blocked_io *io, int act);
+/* a depthwise tile (PW_K_DEPTHWISE with S_LAYOUT's PW_BLK_IN | PW_BLK_OUT) on blocked input and output, channels
+ * lo[1] .. hi[1] (multiples of 8), rows lo[2] .. hi[2]; weights [C / 8][kh kw][8]; ReLU or ReLU6 or none;
+ * no residual. 1: a layer it does not take */
+int pw_depthwise_blocked(const int64_t *L, const int32_t *lo, const int32_t *hi);
 /* output channels per group of its packed weights (3 vectors of 8) */
 #define PW_BLOCK_GROUP 24
 /* the width of the group from a channel range's row with `left` rows left: 24, but the last 32 as 16 + 16

@@ -335,6 +335,59 @@ PW_VT static void gemm_blocked_8(int64_t rows, int64_t P, int64_t K, const float
         }
     }
 }
+
+/* one block of 8 channels of a depthwise window over blocked rows: output rows oh0 .. oh1, each position's
+ * taps inside the input summed in a vector (w: [taps][8]); inside columns 4 positions at a time */
+PW_VT static void depthwise_block_8(const float *x, int64_t H, int64_t W, float *out, int64_t OW, int64_t oh0,
+                                    int64_t oh1, const float *w, const float *bias, int64_t kh, int64_t kw,
+                                    int64_t st, int64_t ph, int64_t pw, int clamp) {
+    const __m256 zero = _mm256_setzero_ps(), six = _mm256_set1_ps(6.0f);
+    const __m256 b = bias ? _mm256_loadu_ps(bias) : zero;
+    /* the output columns whose windows lie inside the input's columns */
+    int64_t a = (pw + st - 1) / st, e = W - kw + pw >= 0 ? (W - kw + pw) / st + 1 : 0;
+    e = e < OW ? e : OW, a = a < e ? a : e;
+    for (int64_t oh = oh0; oh < oh1; oh++) {
+        const int64_t i0 = ph - oh * st > 0 ? ph - oh * st : 0, i1 = H + ph - oh * st < kh ? H + ph - oh * st : kh;
+        const int64_t ih0 = oh * st - ph; /* input row of tap row 0 (rows i0 .. i1 lie inside) */
+        float *o = out + oh * OW * 8;
+        for (int64_t ow = 0; ow < OW;) {
+            if (ow >= a && ow + 4 <= e) { /* 4 positions, every tap inside */
+                __m256 s0 = b, s1 = b, s2 = b, s3 = b;
+                for (int64_t i = i0; i < i1; i++) {
+                    const float *xi = x + ((ih0 + i) * W + ow * st - pw) * 8;
+                    for (int64_t j = 0; j < kw; j++) {
+                        const __m256 wv = _mm256_loadu_ps(w + (i * kw + j) * 8);
+                        const float *xj = xi + j * 8;
+                        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(xj), wv, s0);
+                        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(xj + st * 8), wv, s1);
+                        s2 = _mm256_fmadd_ps(_mm256_loadu_ps(xj + 2 * st * 8), wv, s2);
+                        s3 = _mm256_fmadd_ps(_mm256_loadu_ps(xj + 3 * st * 8), wv, s3);
+                    }
+                }
+                __m256 r[4] = {s0, s1, s2, s3};
+                for (int q = 0; q < 4; q++) {
+                    if (clamp) r[q] = _mm256_max_ps(zero, r[q]); /* max(0, NaN) is NaN: the second operand */
+                    if (clamp == PW_CLAMP_RELU6) r[q] = _mm256_min_ps(six, r[q]);
+                    _mm256_storeu_ps(o + (ow + q) * 8, r[q]);
+                }
+                ow += 4;
+                continue;
+            }
+            __m256 sum = b; /* a position at an edge: its taps inside the input only */
+            for (int64_t i = i0; i < i1; i++)
+                for (int64_t j = 0; j < kw; j++) {
+                    const int64_t iw = ow * st - pw + j;
+                    if (iw >= 0 && iw < W)
+                        sum = _mm256_fmadd_ps(_mm256_loadu_ps(x + ((ih0 + i) * W + iw) * 8),
+                                              _mm256_loadu_ps(w + (i * kw + j) * 8), sum);
+                }
+            if (clamp) sum = _mm256_max_ps(zero, sum);
+            if (clamp == PW_CLAMP_RELU6) sum = _mm256_min_ps(six, sum);
+            _mm256_storeu_ps(o + ow * 8, sum);
+            ow++;
+        }
+    }
+}
 #endif
 
 int64_t pw_blocked_scratch(int64_t K, int64_t P) { return pw_blocked_floats(K, P); }
@@ -416,4 +469,42 @@ void pw_gemm_blocked(int64_t rows, int64_t P, int64_t K, const float *wp, const 
             io->c[c_blk ? (r / 8) * io->cs + p * 8 + r % 8 : r * io->cs + p] = s;
         }
     }
+}
+
+int pw_depthwise_blocked(const int64_t *L, const int32_t *lo, const int32_t *hi) {
+    const int64_t C = L[S_XSHAPE + 1], H = L[S_XSHAPE + 2], W = L[S_XSHAPE + 3];
+    const int64_t OH = L[S_OSHAPE + 2], OW = L[S_OSHAPE + 3], kh = L[S_KH], kw = L[S_KW], st = L[S_SH];
+    const int64_t ph = L[S_PH], pw = L[S_PW], taps = kh * kw;
+    const int64_t act = L[S_ACT];
+    const int clamp = act == PW_ACT_RELU ? PW_CLAMP_RELU : act == PW_ACT_RELU6 ? PW_CLAMP_RELU6 : PW_CLAMP_NONE;
+    const float *x = in_f(L[S_X]), *wp = in_f(L[S_WPACK]), *bias = in_f(L[S_BIAS]);
+    float *out = out_f(L[S_OUT]);
+    if (lo[1] % 8 || hi[1] % 8 || C % 8 || L[S_Y] || (act != PW_ACT_NONE && !clamp)) return 1;
+    for (int64_t n = lo[0]; n < hi[0]; n++)
+        for (int64_t cb = lo[1] / 8; cb < hi[1] / 8; cb++) {
+            const float *xb = x + (n * C + cb * 8) * H * W, *w = wp + cb * taps * 8;
+            const float *bb = bias ? bias + cb * 8 : NULL;
+            float *ob = out + (n * C + cb * 8) * OH * OW;
+#ifdef PW_B_X86
+            if (pw_vec_width() == 8) {
+                depthwise_block_8(xb, H, W, ob, OW, lo[2], hi[2], w, bb, kh, kw, st, ph, pw, clamp);
+                continue;
+            }
+#endif
+            for (int64_t oh = lo[2]; oh < hi[2]; oh++) /* any other level: the same sums in C */
+                for (int64_t ow = 0; ow < OW; ow++)
+                    for (int64_t l = 0; l < 8; l++) {
+                        float s = bb ? bb[l] : 0.0f;
+                        for (int64_t i = 0; i < kh; i++)
+                            for (int64_t j = 0; j < kw; j++) {
+                                const int64_t ih = oh * st - ph + i, iw = ow * st - pw + j;
+                                if (ih >= 0 && ih < H && iw >= 0 && iw < W)
+                                    s += xb[(ih * W + iw) * 8 + l] * w[(i * kw + j) * 8 + l];
+                            }
+                        if (clamp) s = s > 0.0f ? s : (s != s ? s : 0.0f);
+                        if (clamp == PW_CLAMP_RELU6 && s > 6.0f) s = 6.0f;
+                        ob[(oh * OW + ow) * 8 + l] = s;
+                    }
+        }
+    return 0;
 }
