@@ -505,8 +505,10 @@ def test_which_windows_take_the_blocked_kernel() -> None:
         ("1x1 blocked", lambda: _Net(8, 32, 56), (1, 3, 9, 7)),  # groups of 16 + 16
         ("window blocked", lambda: _Windows(16, 24), (1, 16, 9, 11)),
         ("window folded", lambda: _Stems(3), (1, 3, 13, 11)),
+        ("depthwise blocked", lambda: _DepthwiseBetween(40, 5, 2, 2, F.relu6), (2, 16, 13, 9)),
+        ("depthwise blocked", lambda: _Inverted(16, 48, (F.relu6, F.relu6)), (1, 3, 9, 7)),
     ],
-    ids=["1x1", "1x1_16+16", "window", "folded"],
+    ids=["1x1", "1x1_16+16", "window", "folded", "depthwise_s2", "inverted"],
 )
 def test_a_program_built_at_avx2_runs_at_the_generic_level(
     kernel: str,
@@ -514,8 +516,8 @@ def test_a_program_built_at_avx2_runs_at_the_generic_level(
     shape: tuple,
     outputs_close,  # noqa: ANN001
 ) -> None:
-    """The kernel's C loops, for a program whose level was lowered after it was built (their groups of
-    output channels as the packing's: 24, 16, 8, and the last 32 as 16 + 16)."""
+    """The kernels' C loops, for a program whose level was lowered after it was built (their groups of
+    output channels as the packing's: 24, 16, 8, and the last 32 as 16 + 16; the depthwise one's)."""
     torch.manual_seed(0)
     net = make().eval()
     x = torch.randn(shape)
@@ -525,8 +527,7 @@ def test_a_program_built_at_avx2_runs_at_the_generic_level(
         strat = TilesStrategy(pathweave.capture(net, x), threads=2)
         assert kernel in kernel_names(strat.program.layers)
         tile_runtime.use_gemm_isa("generic")
-        with torch.no_grad():
-            outputs_close(strat(x), net(x), rtol=1e-5, atol_scale=1e-5)
+        _matches_eager(strat, net, shape, outputs_close)
         strat.close()
     finally:
         tile_runtime.use_gemm_isa(chosen)
