@@ -67,18 +67,27 @@ BLOCK = 8
 FOLD_BELOW = BLOCK
 
 
+def _conv_operands(node: torch.fx.Node) -> tuple[dict, tuple[int, ...], tuple[int, ...]] | None:
+    """A 2-D convolution's bound arguments and its weight's and input's shapes, where its output is 4-D,
+    its input a node, its weight a constant and its padding numeric (None otherwise)."""
+    if op_name(node) not in ("conv2d", "conv2d_act") or len(shape(node)) != 4:
+        return None
+    args = bound_args(node)
+    weight, x = args.get("weight"), args.get("input")
+    if not isinstance(x, torch.fx.Node) or not is_constant(weight) or isinstance(args["padding"], str):
+        return None
+    return args, shape(weight), shape(x)
+
+
 def blocked_capable(node: torch.fx.Node, graph: TileGraph, index: int, isa: str) -> bool:
     """A layer ``tile_gemm_b.c`` can run: a 1x1 convolution of stride 1 or 2 without padding of one group, a
     constant weight, in and out channels multiples of 8, an activation of ``BLOCKED_ACTS`` (any, its output
     then NCHW, with ``OTHER_ACTS_NCHW``), kernels at a level of ``BLOCKED_ISAS``, and channel tiles that
     split its channels into one set of ranges (its weights are packed per range)."""
-    if isa not in BLOCKED_ISAS or op_name(node) not in ("conv2d", "conv2d_act") or len(shape(node)) != 4:
+    operands = _conv_operands(node) if isa in BLOCKED_ISAS else None
+    if operands is None:
         return False
-    args = bound_args(node)
-    weight, x = args.get("weight"), args.get("input")
-    if not isinstance(x, torch.fx.Node) or not is_constant(weight) or isinstance(args["padding"], str):
-        return False
-    w, xs = shape(weight), shape(x)
+    args, w, xs = operands
     plain = (
         len(w) == 4
         and len(xs) == 4
@@ -102,15 +111,10 @@ def window_capable(node: torch.fx.Node, graph: TileGraph, index: int, isa: str, 
     same stride both ways, no dilation, numeric padding, out channels a multiple of 8, in channels too (and
     at most ``WINDOW_TAPS`` taps) or fewer than 8 (``window_folded``, any taps), and channel tiles that split
     its channels into one set of ranges."""
-    if isa not in WINDOW_ISAS or layout == "winograd" or op_name(node) not in ("conv2d", "conv2d_act"):
+    operands = _conv_operands(node) if isa in WINDOW_ISAS and layout != "winograd" else None
+    if operands is None:
         return False
-    args = bound_args(node)
-    weight, x = args.get("weight"), args.get("input")
-    if len(shape(node)) != 4 or not isinstance(x, torch.fx.Node) or not is_constant(weight):
-        return False
-    if isinstance(args["padding"], str):
-        return False
-    w, xs = shape(weight), shape(x)
+    args, w, xs = operands
     stride = as_ints(args["stride"], 2)
     return (
         len(w) == 4
@@ -131,13 +135,10 @@ def depthwise_capable(node: torch.fx.Node, graph: TileGraph, index: int, isa: st
     per input channel, a multiple of 8 of them, a constant weight of at most ``WINDOW_TAPS`` taps, the
     same stride both ways, no dilation, numeric padding narrower than the window, an activation of
     ``BLOCKED_ACTS``, no residual, and channel tiles that split its channels into ranges of 8."""
-    if isa not in BLOCKED_ISAS or op_name(node) not in ("conv2d", "conv2d_act") or len(shape(node)) != 4:
+    operands = _conv_operands(node) if isa in BLOCKED_ISAS else None
+    if operands is None:
         return False
-    args = bound_args(node)
-    weight, x = args.get("weight"), args.get("input")
-    if not isinstance(x, torch.fx.Node) or not is_constant(weight) or isinstance(args["padding"], str):
-        return False
-    w, xs = shape(weight), shape(x)
+    args, w, xs = operands
     stride, pad = as_ints(args["stride"], 2), as_ints(args["padding"], 2)
     return (
         len(w) == 4
