@@ -37,6 +37,16 @@ static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
  * an NCHW output only (tiles/blocked.py keeps such a layer's output NCHW) */
 enum { PW_CLAMP_NONE = 0, PW_CLAMP_RELU = 1, PW_CLAMP_RELU6 = 2 };
 
+static inline int clamp_of(int64_t act) {
+    return act == PW_ACT_RELU ? PW_CLAMP_RELU : act == PW_ACT_RELU6 ? PW_CLAMP_RELU6 : PW_CLAMP_NONE;
+}
+
+/* x clamped as `clamp` says, a NaN kept (the C loops) */
+static inline float clamp_s(float x, int clamp) {
+    if (clamp) x = x > 0.0f ? x : (x != x ? x : 0.0f);
+    return clamp == PW_CLAMP_RELU6 && x > 6.0f ? 6.0f : x;
+}
+
 #if defined(__x86_64__) && defined(__GNUC__)
 #define PW_B_X86 1
 #define PW_VW 8
@@ -85,12 +95,19 @@ PW_VTI void load_rows_4(const float *r, int64_t ld, __m256 a[4]) {
     for (int j = 0; j < 4; j++) a[j] = _mm256_loadu2_m128(r + (j + 4) * ld, r + j * ld);
 }
 
+/* a clamped as `clamp` says: max(0, NaN) and min(6, NaN) are NaN, the second operand */
+PW_VTI __m256 clamp_v(__m256 a, int clamp) {
+    if (clamp) a = _mm256_max_ps(_mm256_setzero_ps(), a);
+    return clamp == PW_CLAMP_RELU6 ? _mm256_min_ps(_mm256_set1_ps(6.0f), a) : a;
+}
+
 /* the 4 x 8 sums a[q] (positions p0 + q, channels ch .. ch + 7 of the tile) with the bias, residual and
  * clamp (PW_CLAMP_*: ReLU, ReLU6) into C: blocked (c: the channel block's first position; res likewise when
  * res_blk) or NCHW rows (c, res: channel ch's row at position p0; ldc, lr apart); only the first nq
  * positions */
 PW_VTI void store_quad(__m256 a[4], int nq, float *c, int64_t ldc, int c_blk, const float *bias, const float *res,
                        int64_t lr, int res_blk, int clamp) {
+    /* the clamps written out, not clamp_v / clamp_s: with them GCC spilled more of group_3_0's sums (objdump) */
     const __m256 zero = _mm256_setzero_ps(), six = _mm256_set1_ps(6.0f);
     if (bias) {
         const __m256 bv = _mm256_loadu_ps(bias);
@@ -341,8 +358,7 @@ PW_VT static void gemm_blocked_8(int64_t rows, int64_t P, int64_t K, const float
 PW_VT static void depthwise_block_8(const float *x, int64_t H, int64_t W, float *out, int64_t OW, int64_t oh0,
                                     int64_t oh1, const float *w, const float *bias, int64_t kh, int64_t kw,
                                     int64_t st, int64_t ph, int64_t pw, int clamp) {
-    const __m256 zero = _mm256_setzero_ps(), six = _mm256_set1_ps(6.0f);
-    const __m256 b = bias ? _mm256_loadu_ps(bias) : zero;
+    const __m256 b = bias ? _mm256_loadu_ps(bias) : _mm256_setzero_ps();
     /* the output columns whose windows lie inside the input's columns */
     int64_t a = (pw + st - 1) / st, e = W - kw + pw >= 0 ? (W - kw + pw) / st + 1 : 0;
     e = e < OW ? e : OW, a = a < e ? a : e;
@@ -364,12 +380,8 @@ PW_VT static void depthwise_block_8(const float *x, int64_t H, int64_t W, float 
                         s3 = _mm256_fmadd_ps(_mm256_loadu_ps(xj + 3 * st * 8), wv, s3);
                     }
                 }
-                __m256 r[4] = {s0, s1, s2, s3};
-                for (int q = 0; q < 4; q++) {
-                    if (clamp) r[q] = _mm256_max_ps(zero, r[q]); /* max(0, NaN) is NaN: the second operand */
-                    if (clamp == PW_CLAMP_RELU6) r[q] = _mm256_min_ps(six, r[q]);
-                    _mm256_storeu_ps(o + (ow + q) * 8, r[q]);
-                }
+                const __m256 r[4] = {s0, s1, s2, s3};
+                for (int q = 0; q < 4; q++) _mm256_storeu_ps(o + (ow + q) * 8, clamp_v(r[q], clamp));
                 ow += 4;
                 continue;
             }
@@ -381,9 +393,7 @@ PW_VT static void depthwise_block_8(const float *x, int64_t H, int64_t W, float 
                         sum = _mm256_fmadd_ps(_mm256_loadu_ps(x + ((ih0 + i) * W + iw) * 8),
                                               _mm256_loadu_ps(w + (i * kw + j) * 8), sum);
                 }
-            if (clamp) sum = _mm256_max_ps(zero, sum);
-            if (clamp == PW_CLAMP_RELU6) sum = _mm256_min_ps(six, sum);
-            _mm256_storeu_ps(o + ow * 8, sum);
+            _mm256_storeu_ps(o + ow * 8, clamp_v(sum, clamp));
             ow++;
         }
     }
@@ -440,7 +450,7 @@ void pw_block_input(int64_t K, int64_t P, const float *b, int64_t ldb, float *x)
 }
 
 void pw_gemm_blocked(int64_t rows, int64_t P, int64_t K, const float *wp, const pw_blocked_io *io, int act) {
-    const int clamp = act == PW_ACT_RELU ? PW_CLAMP_RELU : act == PW_ACT_RELU6 ? PW_CLAMP_RELU6 : PW_CLAMP_NONE;
+    const int clamp = clamp_of(act);
 #ifdef PW_B_X86
     if (pw_vec_width() == 8) {
         gemm_blocked_8(rows, P, K, wp, io, clamp);
@@ -464,9 +474,7 @@ void pw_gemm_blocked(int64_t rows, int64_t P, int64_t K, const float *wp, const 
                                    : io->x[(k / 8) * io->xs + at + (io->taps ? io->toff[t] : 0) + k % 8]);
             s += io->bias ? io->bias[r] : 0.0f;
             if (io->res) s += r_blk ? io->res[(r / 8) * io->rs + p * 8 + r % 8] : io->res[r * io->rs + p];
-            if (clamp) s = s > 0.0f ? s : (s != s ? s : 0.0f);
-            if (clamp == PW_CLAMP_RELU6 && s > 6.0f) s = 6.0f;
-            io->c[c_blk ? (r / 8) * io->cs + p * 8 + r % 8 : r * io->cs + p] = s;
+            io->c[c_blk ? (r / 8) * io->cs + p * 8 + r % 8 : r * io->cs + p] = clamp_s(s, clamp);
         }
     }
 }
@@ -476,7 +484,7 @@ int pw_depthwise_blocked(const int64_t *L, const int32_t *lo, const int32_t *hi)
     const int64_t OH = L[S_OSHAPE + 2], OW = L[S_OSHAPE + 3], kh = L[S_KH], kw = L[S_KW], st = L[S_SH];
     const int64_t ph = L[S_PH], pw = L[S_PW], taps = kh * kw;
     const int64_t act = L[S_ACT];
-    const int clamp = act == PW_ACT_RELU ? PW_CLAMP_RELU : act == PW_ACT_RELU6 ? PW_CLAMP_RELU6 : PW_CLAMP_NONE;
+    const int clamp = clamp_of(act);
     const float *x = in_f(L[S_X]), *wp = in_f(L[S_WPACK]), *bias = in_f(L[S_BIAS]);
     float *out = out_f(L[S_OUT]);
     if (lo[1] % 8 || hi[1] % 8 || C % 8 || L[S_Y] || (act != PW_ACT_NONE && !clamp)) return 1;
@@ -501,9 +509,7 @@ int pw_depthwise_blocked(const int64_t *L, const int32_t *lo, const int32_t *hi)
                                 if (ih >= 0 && ih < H && iw >= 0 && iw < W)
                                     s += xb[(ih * W + iw) * 8 + l] * w[(i * kw + j) * 8 + l];
                             }
-                        if (clamp) s = s > 0.0f ? s : (s != s ? s : 0.0f);
-                        if (clamp == PW_CLAMP_RELU6 && s > 6.0f) s = 6.0f;
-                        ob[(oh * OW + ow) * 8 + l] = s;
+                        ob[(oh * OW + ow) * 8 + l] = clamp_s(s, clamp);
                     }
         }
     return 0;
