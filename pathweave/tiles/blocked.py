@@ -43,6 +43,7 @@ import torch.fx
 
 from pathweave.analysis.ops import op_name
 from pathweave.tiles.abi import BLK_IN, BLK_OUT, BLK_RES, WINDOW_TAPS
+from pathweave.tiles.conv_layout import is_depthwise
 from pathweave.tiles.graph import TileGraph
 from pathweave.tiles.maps import as_ints, bound_args, shape
 from pathweave.tiles.rows import base_node, is_constant
@@ -61,6 +62,9 @@ OTHER_ACTS_NCHW = True
 #: whether depthwise layers between blocked values read and write them blocked (``depthwise_capable``;
 #: False: they keep NCHW, for A/B)
 DEPTHWISE_BLOCKED = True
+#: whether the depthwise layers kept blocked split rows instead of channels (``row_split_depthwise``;
+#: False: channels, for A/B)
+DEPTHWISE_ROWS = True
 #: channels per block (one AVX2 vector)
 BLOCK = 8
 #: windows of fewer input channels than this fold them with their taps (``window_folded``; 0: none, for A/B)
@@ -206,6 +210,17 @@ def blocked_values(gm: torch.fx.GraphModule, graph: TileGraph, isa: str) -> froz
         if not dropped:
             return frozenset(kept)
         depthwise -= dropped
+
+
+def row_split_depthwise(gm: torch.fx.GraphModule, graph: TileGraph, isa: str) -> frozenset[str]:
+    """The depthwise layers of ``blocked_values`` (with ``DEPTHWISE_ROWS``): ``pw_depthwise_blocked`` reads
+    a tile's halo rows where they lie in the blocked input (the NCHW kernel copies them, so its tiles split
+    channels), so their tiles may split rows (``build_tile_graph``'s ``row_split``). Their channel ranges
+    then span the layer, which keeps them and their neighbours blocked."""
+    if not DEPTHWISE_ROWS:
+        return frozenset()
+    nodes = {n.name: n for n in gm.graph.nodes}
+    return frozenset(name for name in blocked_values(gm, graph, isa) if is_depthwise(nodes[name]))
 
 
 def inplace_residuals(gm: torch.fx.GraphModule, graph: TileGraph, isa: str) -> dict[int, int]:

@@ -16,7 +16,7 @@ the views' maps) to a region of the producer, then per dim a bisection on the pr
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 import numpy as np
 import torch.fx
@@ -45,6 +45,11 @@ WORK_PER_TILE = 4e6
 BYTE_WORK = 4
 #: the smallest matrix-product tile (``_min_piece``)
 GEMM_MIN_COLUMNS, GEMM_MIN_ROWS = 128, 64
+#: the fewest positions of a 1x1 convolution's tile: MobileNetV2's 14x14 projections (64 and 96 channels,
+#: 0.1-0.4 ms) were one tile of 14 rows under GEMM_MIN_COLUMNS while the other worker idled; in tiles of 7
+#: rows MobileNetV2 ran 0.92x the time with ``row_split`` (2 workers, paired, both orders), ResNet-50,
+#: GoogLeNet and Inception-v3 level (AVX2 Zen 3)
+POINTWISE_MIN_COLUMNS = 64
 #: convolution channel tiles start on multiples of this (the micro-kernels' panel rows, tile_gemm.h)
 CHANNEL_ALIGN = 8
 #: linear / matmul column pieces start on multiples of this (panels of native/tile_gemm_t.c's
@@ -76,6 +81,7 @@ def build_tile_graph(
     scale: dict[str, float] | None = None,
     plans: dict[torch.fx.Node, NodeMaps] | None = None,
     winograd_min_channels: int = WINOGRAD_MIN_CHANNELS,
+    row_split: Collection[str] = (),
 ) -> TileGraph:
     """The tile graph of an ATen graph (``pathweave.capture(...).gm``).
 
@@ -90,7 +96,10 @@ def build_tile_graph(
     the layers it names (the tuner's knob, ``tiles.tune``); the smallest pieces still hold. ``plans``:
     ``plan_nodes(gm)`` where the caller has it already. ``winograd_min_channels``: the fewest input and
     output channels of a 3x3 convolution that runs Winograd (``conv_layout``), whose row pieces start on
-    even rows; the program built over the graph must be given the same.
+    even rows; the program built over the graph must be given the same. ``row_split``: depthwise layers
+    whose tiles split rows, every channel in each, instead of channels (those whose kernel reads the halo
+    rows where they lie, ``blocked.row_split_depthwise``): their tiles then wait for their input's rows,
+    not for all of it, so a chain of 1x1 -> depthwise -> 1x1 layers runs as a wavefront of row strips.
     Raises UnsupportedError naming every node without a range map.
     """
     plans = plan_nodes(gm) if plans is None else plans
@@ -104,7 +113,7 @@ def build_tile_graph(
     for node, count in zip(layers, counts, strict=True):
         # a fused depthwise + 1x1 layer's tiles span every channel whatever the count asked for
         whole = (1, shape(node)[1], 1, 1) if op_name(node) == "dw_pw_conv" else None
-        least = _min_piece(node, winograd_min_channels) if large else whole
+        least = _min_piece(node, winograd_min_channels, node.name in row_split) if large else whole
         grids.append(make_grid(shape(node), count, least, _align(node, winograd_min_channels)))
     starts = np.concatenate([[0], np.cumsum([g.count for g in grids])]).astype(np.int64)
     if starts[-1] >= 2**31:
@@ -158,12 +167,13 @@ def _align(node: torch.fx.Node, winograd_min_channels: int) -> tuple[int, ...] |
     return None
 
 
-def _min_piece(node: torch.fx.Node, winograd_min_channels: int) -> tuple[int, ...] | None:
+def _min_piece(node: torch.fx.Node, winograd_min_channels: int, rows: bool = False) -> tuple[int, ...] | None:
     """The smallest piece along each dim that keeps a tile's matrix product efficient: a convolution
-    tile spans at least ``GEMM_MIN_COLUMNS`` positions and ``GEMM_MIN_ROWS`` channels (on 2 cores OpenBLAS
-    ran ResNet-50's 7x7 layers at 19 GFLOP/s in tiles of one row, against ~90 for tiles of 128
-    positions), a linear or matmul tile ``MATMUL_MIN_ROWS`` rows and ``MATMUL_MIN_FEATURES`` features;
-    the table's ``whole`` dims (layer norm, softmax) span the layer."""
+    tile spans at least ``GEMM_MIN_COLUMNS`` positions (a 1x1 one ``POINTWISE_MIN_COLUMNS``) and
+    ``GEMM_MIN_ROWS`` channels (on 2 cores OpenBLAS ran ResNet-50's 7x7 layers at 19 GFLOP/s in tiles of
+    one row, against ~90 for tiles of 128 positions), a linear or matmul tile ``MATMUL_MIN_ROWS`` rows
+    and ``MATMUL_MIN_FEATURES`` features; the table's ``whole`` dims (layer norm, softmax) span the layer.
+    A depthwise layer's tiles split channels only, or rows only where ``rows`` (``row_split``)."""
     dims = shape(node)
     op = TILE_OPS[op_name(node)]
     whole = op.whole(node) if op.whole else set()
@@ -172,12 +182,16 @@ def _min_piece(node: torch.fx.Node, winograd_min_channels: int) -> tuple[int, ..
     if op_name(node) == "dw_pw_conv":  # rows only: each tile computes the depthwise rows it reads once
         return (1, dims[1], math.ceil(GEMM_MIN_COLUMNS / max(dims[3], 1)), 1)
     if op.kind == "conv" and len(dims) == 4 and is_depthwise(node):  # channels only: no halo copied twice
-        return (1, DEPTHWISE_MIN_CHANNELS, dims[2], 1)
+        return (1, dims[1], 1, 1) if rows else (1, DEPTHWISE_MIN_CHANNELS, dims[2], 1)
     if op.kind == "conv" and len(dims) == 4 and conv_layout(node, winograd_min_channels) == "winograd":
         rows = max(1, min(dims[2] // 2, 2 * math.ceil(WINOGRAD_MIN_BLOCKS / math.ceil(dims[3] / 2))))
         return (1, dims[1], rows, 1)
     if op.kind == "conv" and len(dims) == 4:
-        return (1, GEMM_MIN_ROWS, math.ceil(GEMM_MIN_COLUMNS / max(dims[3], 1)), 1)
+        weight = bound_args(node).get("weight")
+        specs = tensor_specs(weight) if isinstance(weight, torch.fx.Node) else []
+        pointwise = bool(specs) and tuple(specs[0].shape[2:]) == (1, 1)
+        columns = POINTWISE_MIN_COLUMNS if pointwise else GEMM_MIN_COLUMNS
+        return (1, GEMM_MIN_ROWS, math.ceil(columns / max(dims[3], 1)), 1)
     if op.kind == "matmul" and len(dims) >= 2:
         return (*[1] * (len(dims) - 2), MATMUL_MIN_ROWS, MATMUL_MIN_FEATURES)
     return None
@@ -227,8 +241,13 @@ def _default_count(
         for producer, _ in inputs:
             if shape(layers[producer]) == shape(node):
                 return counts[producer]
-    # activations only: a weight is shared by all tiles, an embedding table is read a few rows at a time
-    moved = [node, *(a for a in node.all_input_nodes if a.op != "get_attr")]
+    # activations only: a weight is shared by all tiles, an embedding table is read a few rows at a time;
+    # but a matrix product of fewer rows than a tile takes splits its features only, each tile reading its
+    # share of the weight (MobileNetV2's classifier at batch 1, 5 MB of weights: one tile of 0.8 ms while
+    # the other worker idled; in 4 tiles the model ran 0.97x the time, 2 workers, AVX2 Zen 3)
+    dims = shape(node)
+    gemv = op.kind == "matmul" and len(dims) >= 2 and math.prod(dims[:-1]) < MATMUL_MIN_ROWS
+    moved = [node, *(a for a in node.all_input_nodes if gemv or a.op != "get_attr")]
     nbytes = sum(s.nbytes for n in moved for s in tensor_specs(n))
     fused = op_name(node) == "dw_pw_conv"
     flops = fuse_depthwise.flops(node) if fused else node_cost(node, kind=op.kind).flops

@@ -31,7 +31,7 @@ from pathweave.tiles import fuse_epilogue as tile_fuse
 from pathweave.tiles import fuse_matmul as tile_fuse_matmul
 from pathweave.tiles import sdpa as tile_sdpa
 from pathweave.tiles.abi import OP_LAYER
-from pathweave.tiles.blocked import inplace_residuals
+from pathweave.tiles.blocked import inplace_residuals, row_split_depthwise
 from pathweave.tiles.build import WORK_PER_TILE, TilesPerLayer, build_tile_graph
 from pathweave.tiles.conv_layout import WINOGRAD_MIN_CHANNELS
 from pathweave.tiles.islands import Coverage
@@ -103,10 +103,14 @@ class TilesStrategy(Strategy):
         self.gm = gm
         self.plans = plan_nodes(gm)  # read by the tile graph and by every program built over it
         require_kernels(self.plans)  # a layer that has a range map but no kernel: refused before building
-        self.graph = build_tile_graph(
-            gm, tiles_per_layer, work_per_tile=work_per_tile, scale=self.tile_scale, plans=self.plans,
-            winograd_min_channels=self.winograd_min_channels,
-        )  # fmt: skip
+        options = {"work_per_tile": work_per_tile, "scale": self.tile_scale, "plans": self.plans,
+                   "winograd_min_channels": self.winograd_min_channels}  # fmt: skip
+        self.graph = build_tile_graph(gm, tiles_per_layer, **options)
+        # the depthwise layers that stay blocked split rows: built again with them (their channels span
+        # the layer either way, so the blocked values stay the same)
+        rows = row_split_depthwise(gm, self.graph, gemm_isa())
+        if rows:
+            self.graph = build_tile_graph(gm, tiles_per_layer, **options, row_split=rows)
         # one arena sized by liveness (None: a buffer per layer); the graph gains the edges that order
         # each reuse after the reads of the old value
         self.buffers = None

@@ -233,6 +233,40 @@ def test_depthwise_layers_read_and_write_blocks(level: str, case: tuple, outputs
         strat.close()
 
 
+def test_depthwise_layers_kept_blocked_split_rows(level: str, outputs_close) -> None:  # noqa: ANN001
+    """A depthwise layer kept blocked (between ReLU6 1x1 layers) splits rows, every channel in each tile
+    (``row_split_depthwise``), and its first tile waits for the expansion tiles of its rows only, not for
+    the whole expansion; a depthwise layer on the NCHW kernel (SiLU) splits channels, every row in each."""
+    torch.manual_seed(0)
+    net = _Inverted(24, 144, (F.relu6, F.silu)).eval()
+    shape = (1, 3, 56, 56)
+    strat = TilesStrategy(pathweave.capture(net, torch.randn(shape)), threads=2)
+    try:
+        g = strat.graph
+        names = [str(n) for n in g.layer_names]
+        kinds = dict(zip(names, kernel_names(strat.program.layers), strict=True))
+        depthwise = [n for n in names if kinds[n].startswith("depthwise")]
+        assert [kinds[n] for n in depthwise].count("depthwise blocked") == (level in BLOCKED_ISAS)
+        for name in depthwise:
+            i = names.index(name)
+            lo, hi = int(g.layer_tile_start[i]), int(g.layer_tile_start[i + 1])
+            channels = {(int(g.tile_lo[t, 1]), int(g.tile_hi[t, 1])) for t in range(lo, hi)}
+            rows = {(int(g.tile_lo[t, 2]), int(g.tile_hi[t, 2])) for t in range(lo, hi)}
+            assert hi - lo >= 2, name
+            if kinds[name] == "depthwise blocked":
+                assert channels == {(0, 144)} and len(rows) == hi - lo, (channels, rows)
+                parents = g.parents_indices[g.parents_indptr[lo] : g.parents_indptr[lo + 1]]
+                producer = {int(g.tile_layer[t]) for t in parents}
+                assert len(producer) == 1, producer
+                (p,) = producer
+                assert 0 < len(parents) < g.layer_tile_start[p + 1] - g.layer_tile_start[p]
+            else:
+                assert rows == {(0, 56)} and len(channels) == hi - lo, (channels, rows)
+        _matches_eager(strat, net, shape, outputs_close)
+    finally:
+        strat.close()
+
+
 def test_depthwise_stays_nchw_where_a_neighbour_does() -> None:
     """A depthwise layer whose input comes from a 3x3 layer, or whose output goes to a graph output or a
     SiLU, or of 12 channels, keeps the NCHW kernel, and so do the values around it."""

@@ -221,6 +221,43 @@ def test_tile_counts_by_policy(tiny: torch.fx.GraphModule) -> None:
         build_tile_graph(tiny, lambda node: 0)
 
 
+def _pieces(graph: TileGraph, name: str) -> set[tuple[int, ...]]:
+    """The shapes of a layer's tiles (channels, rows, columns; features for a linear layer)."""
+    i = [str(n) for n in graph.layer_names].index(name)
+    lo, hi = graph.layer_tile_start[i], graph.layer_tile_start[i + 1]
+    dims = int(graph.layer_ndim[i])
+    return {tuple(int(v) for v in graph.tile_hi[t, 1:dims] - graph.tile_lo[t, 1:dims]) for t in range(lo, hi)}
+
+
+def test_small_1x1_layers_split_rows_and_gemv_features() -> None:
+    """Under the default policy a 1x1 layer on a 14x14 map of 96 channels (MobileNetV2's projection) is
+    not one tile: its tiles span at least POINTWISE_MIN_COLUMNS positions (rows of 7), while a 5x5 layer of
+    the same output keeps GEMM_MIN_COLUMNS (one piece of rows). A classifier at batch 1 counts the weight
+    it reads (5 MB): its features are split into pieces of at least MATMUL_MIN_FEATURES; a small one is
+    one tile."""
+    from pathweave.tiles import build
+
+    class Head(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.pw, self.k = nn.Conv2d(576, 96, 1), nn.Conv2d(576, 96, 5, padding=2)
+            self.fc, self.small = nn.Linear(1280, 1000), nn.Linear(64, 32)
+
+        def forward(self, x: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            return self.pw(x), self.k(x), self.fc(v), self.small(v[:, :64])
+
+    gm = capture(Head().eval(), torch.randn(1, 576, 14, 14), torch.randn(1, 1280)).gm
+    graph = build_tile_graph(gm)
+    names = [str(n) for n in graph.layer_names]
+    convs, linears = [n for n in names if n.startswith("conv2d")], [n for n in names if "linear" in n]
+    assert len(convs) == len(linears) == 2
+    assert _pieces(graph, convs[0]) == {(96, 7, 14)}
+    assert _pieces(graph, convs[1]) == {(96, 14, 14)}
+    fc = _pieces(graph, linears[0])
+    assert len(fc) > 1 and all(f >= build.MATMUL_MIN_FEATURES for (f,) in fc), fc
+    assert _pieces(graph, linears[1]) == {(32,)}
+
+
 def test_make_grid_aligns_inner_boundaries_where_it_can() -> None:
     assert make_grid((1, 512, 1, 1), 6).bounds[1] == (0, 85, 170, 256, 341, 426, 512)
     assert make_grid((1, 512, 1, 1), 6, align=(1, 8, 1, 1)).bounds[1] == (0, 88, 168, 256, 344, 424, 512)
