@@ -16,8 +16,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -40,8 +39,12 @@ class CallGuard:
         self._running = False
         self._closed = False
 
-    @contextmanager
-    def call(self) -> Iterator[None]:
+    def call(self) -> CallGuard:
+        """``with guard.call():`` around one call (a plain context manager, not a generator's: its Python
+        runs cold after every inference)."""
+        return self
+
+    def __enter__(self) -> None:
         with self._cond:
             if self._closed:
                 raise ClosedError(f"{self.name} is closed; optimize the model again to run it")
@@ -50,13 +53,12 @@ class CallGuard:
                 while self._running:
                     self._cond.wait()
                 self._running = True
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._started -= 1
-                self._running = False
-                self._cond.notify_all()
+
+    def __exit__(self, *exc: object) -> None:
+        with self._cond:
+            self._started -= 1
+            self._running = False
+            self._cond.notify_all()
 
     @property
     def closed(self) -> bool:

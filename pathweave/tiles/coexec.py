@@ -253,7 +253,7 @@ class CoExecutor:
 
     @staticmethod
     def _outputs(req: _Request, part: TilePart) -> Any:
-        flat = tuple(torch.from_numpy(v.array().copy()) for v in part.program.outputs)
+        flat = part.program.read()
         return req.model.strategy.captured.out_spec_unflatten(flat)
 
     def _count(self, batch: list[_Request]) -> None:

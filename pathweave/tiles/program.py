@@ -9,6 +9,7 @@ the old value).
 
 from __future__ import annotations
 
+import ctypes
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -64,6 +65,50 @@ class TileProgram:
     outputs: list[View]  # where the graph outputs are read after a run, in the output node's leaf order
     scratch_floats: int
     keep: list[np.ndarray] = field(default_factory=list)  # weights, buffers, aux arrays the C side reads
+
+    def __post_init__(self) -> None:
+        # (address, shape, torch dtype, bytes) of each contiguous buffer (inputs) and output view, else None
+        self._loads = [_span(b, b.ctypes.data, b.shape, b.flags.c_contiguous) for b in self.inputs]
+        self._reads = [_span(v.base, v.address, v.shape, v.contiguous) for v in self.outputs]
+
+    def load(self, flat: list[torch.Tensor]) -> None:
+        """Copy the inputs into their buffers: a contiguous CPU tensor of the buffer's shape and dtype with
+        one memmove, anything else through NumPy (a view, a negated or conjugate view, another device)."""
+        for buf, span, x in zip(self.inputs, self._loads, flat, strict=True):
+            fast = span is not None and x.device.type == "cpu" and x.dtype == span[2] and x.shape == span[1]
+            if fast and x.is_contiguous() and not x.is_neg() and not x.is_conj():
+                ctypes.memmove(span[0], x.data_ptr(), span[3])
+            else:
+                np.copyto(buf, x.detach().cpu().resolve_neg().resolve_conj().numpy(), casting="no")
+
+    def read(self) -> tuple[torch.Tensor, ...]:
+        """A new tensor of each graph output (copied from where the last run left it)."""
+        out = []
+        for view, span in zip(self.outputs, self._reads, strict=True):
+            if span is None:
+                out.append(torch.from_numpy(view.array().copy()))
+                continue
+            address, dims, dtype, nbytes = span
+            value = torch.empty(dims, dtype=dtype)
+            ctypes.memmove(value.data_ptr(), address, nbytes)
+            out.append(value)
+        return tuple(out)
+
+
+#: torch's dtype of each NumPy dtype a buffer may have
+_TORCH_DTYPES = {np.dtype(v): k for k, v in BUFFER_DTYPES.items()}
+
+
+def _span(
+    base: np.ndarray, address: int, dims: tuple[int, ...], contiguous: bool
+) -> tuple[int, tuple[int, ...], torch.dtype, int] | None:
+    """What ``TileProgram.load`` and ``read`` copy with one memmove: the bytes of a contiguous block of
+    ``base``'s dtype at ``address`` (the Python of NumPy's and torch's conversions runs cold after each
+    inference has filled the caches: ~0.1-0.3 ms a call, measured on MobileNetV2)."""
+    dtype = _TORCH_DTYPES.get(base.dtype)
+    if not contiguous or dtype is None:
+        return None
+    return int(address), tuple(int(d) for d in dims), dtype, math.prod(dims) * base.itemsize
 
 
 def build_program(

@@ -150,13 +150,12 @@ class TilesStrategy(Strategy):
 
     def run_flat(self, flat: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
         with self.guard.call():
-            for buf, x in zip(self.program.inputs, flat, strict=True):
-                np.copyto(buf, x.detach().cpu().resolve_neg().resolve_conj().numpy(), casting="no")
+            self.program.load(flat)
             try:
                 self.runtime.run()
             except ExecutionError as exc:
                 raise self._failure(exc) from exc
-            return tuple(torch.from_numpy(v.array().copy()) for v in self.program.outputs)
+            return self.program.read()
 
     def _failure(self, exc: ExecutionError) -> ExecutionError:
         """The runtime's error with the node whose tile failed (e.g. an embedding id out of range)."""
