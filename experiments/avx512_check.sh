@@ -29,4 +29,6 @@ ab() { python experiments/tiles_ab.py "$@" --rounds 30 2>&1 | tail -3; }
     for m in googlenet inception_v3 resnet50; do ab "$m" pathweave.tiles.build:MAX_POOL_TILE_SHARE 1.0; done
     echo "# packed weights on a cache line (17a9a93): patched = unaligned"
     for m in resnet50 inception_v3; do ab "$m" pathweave.tiles.rows:PACK_ALIGN 0; done
+    echo "# 1x1 tiles of >= 64 positions (75b4037): patched = 128, as before"
+    for m in mobilenet_v2 resnet50 googlenet; do ab "$m" pathweave.tiles.build:POINTWISE_MIN_COLUMNS 128; done
 } | tee "$out/ab.txt"

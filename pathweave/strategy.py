@@ -49,9 +49,14 @@ class CallGuard:
             if self._closed:
                 raise ClosedError(f"{self.name} is closed; optimize the model again to run it")
             self._started += 1
-            if self.exclusive:
-                while self._running:
+            try:
+                while self.exclusive and self._running:
                     self._cond.wait()
+            except BaseException:  # interrupted while waiting its turn: not started after all
+                self._started -= 1
+                self._cond.notify_all()
+                raise
+            if self.exclusive:
                 self._running = True
 
     def __exit__(self, *exc: object) -> None:

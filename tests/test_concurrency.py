@@ -167,6 +167,38 @@ def test_guard_close_waits_for_started_calls() -> None:
     t.join()
 
 
+def test_guard_a_call_interrupted_while_waiting_is_not_counted() -> None:
+    """A call interrupted while it waits its turn (KeyboardInterrupt in the wait) leaves no count behind:
+    close() returns once the running call ends, instead of waiting for one that never started."""
+    guard = CallGuard("probe", exclusive=True)
+    entered, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with guard.call():
+            entered.set()
+            release.wait()
+
+    t = threading.Thread(target=hold)
+    t.start()
+    entered.wait()
+    real_wait = guard._cond.wait
+
+    def interrupted(*args: object) -> bool:
+        raise KeyboardInterrupt
+
+    guard._cond.wait = interrupted
+    with pytest.raises(KeyboardInterrupt):
+        with guard.call():
+            pass
+    guard._cond.wait = real_wait
+    release.set()
+    t.join()
+    closer = threading.Thread(target=guard.close)
+    closer.start()
+    closer.join(timeout=5)
+    assert not closer.is_alive()
+
+
 @pytest.mark.soak
 @pytest.mark.parametrize("strategy", CPU_STRATEGIES)
 @pytest.mark.parametrize("name", zoo.names())

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Any, Literal
 
 import torch
@@ -54,9 +53,8 @@ class Captured:
 
     def flatten_inputs(self, args: tuple, kwargs: dict | None = None) -> list[torch.Tensor]:
         """Flatten and check the inputs against the captured shapes and dtypes; raise InputError if off."""
-        if not kwargs and self._positional and all(isinstance(a, torch.Tensor) for a in args):
-            # tensors passed one by one as they were captured: no walk of the tree (its Python runs cold
-            # after an inference has filled the caches: ~0.2 ms a call)
+        if not kwargs and self._positional() and all(isinstance(a, torch.Tensor) for a in args):
+            # tensors passed one by one as they were captured: no walk of the tree (it runs cold, ~0.2 ms)
             flat, spec = list(args), self.in_spec if len(args) == len(self.example_inputs) else None
         else:
             flat, spec = pytree.tree_flatten((tuple(args), dict(kwargs or {})))
@@ -99,10 +97,14 @@ class Captured:
             return value
         return pytree.tree_unflatten(list(flat), self.out_spec)
 
-    @cached_property
     def _positional(self) -> bool:
-        """Whether the graph was captured from positional tensors only (``flatten_inputs``' fast path)."""
-        return pytree.tree_flatten((tuple(self.example_inputs), {}))[1] == self.in_spec
+        """Whether ``in_spec`` is that of positional tensors only (``flatten_inputs``' fast path); kept for
+        the ``in_spec`` it was found for (a loaded plan sets its own after construction)."""
+        spec, positional = self.__dict__.get("_positional_of", (None, False))
+        if spec is not self.in_spec:
+            positional = pytree.tree_flatten((tuple(self.example_inputs), {}))[1] == self.in_spec
+            self.__dict__["_positional_of"] = (self.in_spec, positional)
+        return positional
 
     def graph_hash(self) -> str:
         """Stable hash of the graph's code and input signature, for caches."""

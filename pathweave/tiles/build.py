@@ -45,10 +45,7 @@ WORK_PER_TILE = 4e6
 BYTE_WORK = 4
 #: the smallest matrix-product tile (``_min_piece``)
 GEMM_MIN_COLUMNS, GEMM_MIN_ROWS = 128, 64
-#: the fewest positions of a 1x1 convolution's tile: MobileNetV2's 14x14 projections (64 and 96 channels,
-#: 0.1-0.4 ms) were one tile of 14 rows under GEMM_MIN_COLUMNS while the other worker idled; in tiles of 7
-#: rows MobileNetV2 ran 0.92x the time with ``row_split`` (2 workers, paired, both orders), ResNet-50,
-#: GoogLeNet and Inception-v3 level (AVX2 Zen 3)
+#: the fewest positions of a 1x1 convolution's tile (at 128, MobileNetV2's 14x14 projections were one tile)
 POINTWISE_MIN_COLUMNS = 64
 #: convolution channel tiles start on multiples of this (the micro-kernels' panel rows, tile_gemm.h)
 CHANNEL_ALIGN = 8
@@ -167,13 +164,15 @@ def _align(node: torch.fx.Node, winograd_min_channels: int) -> tuple[int, ...] |
     return None
 
 
-def _min_piece(node: torch.fx.Node, winograd_min_channels: int, rows: bool = False) -> tuple[int, ...] | None:
+def _min_piece(
+    node: torch.fx.Node, winograd_min_channels: int, by_rows: bool = False
+) -> tuple[int, ...] | None:
     """The smallest piece along each dim that keeps a tile's matrix product efficient: a convolution
     tile spans at least ``GEMM_MIN_COLUMNS`` positions (a 1x1 one ``POINTWISE_MIN_COLUMNS``) and
     ``GEMM_MIN_ROWS`` channels (on 2 cores OpenBLAS ran ResNet-50's 7x7 layers at 19 GFLOP/s in tiles of
     one row, against ~90 for tiles of 128 positions), a linear or matmul tile ``MATMUL_MIN_ROWS`` rows
     and ``MATMUL_MIN_FEATURES`` features; the table's ``whole`` dims (layer norm, softmax) span the layer.
-    A depthwise layer's tiles split channels only, or rows only where ``rows`` (``row_split``)."""
+    A depthwise layer's tiles split channels only, or rows only where ``by_rows`` (``row_split``)."""
     dims = shape(node)
     op = TILE_OPS[op_name(node)]
     whole = op.whole(node) if op.whole else set()
@@ -182,7 +181,7 @@ def _min_piece(node: torch.fx.Node, winograd_min_channels: int, rows: bool = Fal
     if op_name(node) == "dw_pw_conv":  # rows only: each tile computes the depthwise rows it reads once
         return (1, dims[1], math.ceil(GEMM_MIN_COLUMNS / max(dims[3], 1)), 1)
     if op.kind == "conv" and len(dims) == 4 and is_depthwise(node):  # channels only: no halo copied twice
-        return (1, dims[1], 1, 1) if rows else (1, DEPTHWISE_MIN_CHANNELS, dims[2], 1)
+        return (1, dims[1], 1, 1) if by_rows else (1, DEPTHWISE_MIN_CHANNELS, dims[2], 1)
     if op.kind == "conv" and len(dims) == 4 and conv_layout(node, winograd_min_channels) == "winograd":
         rows = max(1, min(dims[2] // 2, 2 * math.ceil(WINOGRAD_MIN_BLOCKS / math.ceil(dims[3] / 2))))
         return (1, dims[1], rows, 1)
@@ -242,9 +241,7 @@ def _default_count(
             if shape(layers[producer]) == shape(node):
                 return counts[producer]
     # activations only: a weight is shared by all tiles, an embedding table is read a few rows at a time;
-    # but a matrix product of fewer rows than a tile takes splits its features only, each tile reading its
-    # share of the weight (MobileNetV2's classifier at batch 1, 5 MB of weights: one tile of 0.8 ms while
-    # the other worker idled; in 4 tiles the model ran 0.97x the time, 2 workers, AVX2 Zen 3)
+    # but the tiles of a matrix product of fewer rows than a tile takes split its weight (a classifier's)
     dims = shape(node)
     gemv = op.kind == "matmul" and len(dims) >= 2 and math.prod(dims[:-1]) < MATMUL_MIN_ROWS
     moved = [node, *(a for a in node.all_input_nodes if gemv or a.op != "get_attr")]

@@ -75,11 +75,14 @@ class TileProgram:
         """Copy the inputs into their buffers: a contiguous CPU tensor of the buffer's shape and dtype with
         one memmove, anything else through NumPy (a view, a negated or conjugate view, another device)."""
         for buf, span, x in zip(self.inputs, self._loads, flat, strict=True):
-            fast = span is not None and x.device.type == "cpu" and x.dtype == span[2] and x.shape == span[1]
-            if fast and x.is_contiguous() and not x.is_neg() and not x.is_conj():
-                ctypes.memmove(span[0], x.data_ptr(), span[3])
-            else:
-                np.copyto(buf, x.detach().cpu().resolve_neg().resolve_conj().numpy(), casting="no")
+            # a plain tensor only: a wrapper subclass or a ZeroTensor has no data at data_ptr() (0)
+            fast = span is not None and type(x) in _PLAIN and x.device.type == "cpu" and x.dtype == span[2]
+            if fast and x.shape == span[1] and x.is_contiguous() and not (x.is_neg() or x.is_conj()):
+                address = x.data_ptr()
+                if address or not span[3]:
+                    ctypes.memmove(span[0], address, span[3])
+                    continue
+            np.copyto(buf, x.detach().cpu().resolve_neg().resolve_conj().numpy(), casting="no")
 
     def read(self) -> tuple[torch.Tensor, ...]:
         """A new tensor of each graph output (copied from where the last run left it)."""
@@ -97,14 +100,15 @@ class TileProgram:
 
 #: torch's dtype of each NumPy dtype a buffer may have
 _TORCH_DTYPES = {np.dtype(v): k for k, v in BUFFER_DTYPES.items()}
+#: the tensor types whose data ``TileProgram.load`` copies from ``data_ptr()``
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
 
 
 def _span(
     base: np.ndarray, address: int, dims: tuple[int, ...], contiguous: bool
 ) -> tuple[int, tuple[int, ...], torch.dtype, int] | None:
-    """What ``TileProgram.load`` and ``read`` copy with one memmove: the bytes of a contiguous block of
-    ``base``'s dtype at ``address`` (the Python of NumPy's and torch's conversions runs cold after each
-    inference has filled the caches: ~0.1-0.3 ms a call, measured on MobileNetV2)."""
+    """What ``TileProgram.load`` and ``read`` copy with one memmove (NumPy's and torch's conversions cost
+    more: their Python runs cold after an inference): a contiguous block of ``base``'s dtype."""
     dtype = _TORCH_DTYPES.get(base.dtype)
     if not contiguous or dtype is None:
         return None

@@ -106,9 +106,9 @@ class TilesStrategy(Strategy):
         options = {"work_per_tile": work_per_tile, "scale": self.tile_scale, "plans": self.plans,
                    "winograd_min_channels": self.winograd_min_channels}  # fmt: skip
         self.graph = build_tile_graph(gm, tiles_per_layer, **options)
-        # the depthwise layers that stay blocked split rows: built again with them (their channels span
-        # the layer either way, so the blocked values stay the same)
-        rows = row_split_depthwise(gm, self.graph, gemm_isa())
+        # the depthwise layers that stay blocked split rows: built again with them (each tile then spans
+        # their channels, which keeps them blocked); a count asked for is taken as it is
+        rows = row_split_depthwise(gm, self.graph, gemm_isa()) if tiles_per_layer is None else frozenset()
         if rows:
             self.graph = build_tile_graph(gm, tiles_per_layer, **options, row_split=rows)
         # one arena sized by liveness (None: a buffer per layer); the graph gains the edges that order

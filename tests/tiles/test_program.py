@@ -1,9 +1,12 @@
 """``TileProgram.load`` and ``read`` (tiles/program.py): inputs copied into the program's buffers and outputs
 out of them with one memmove where both sides are contiguous blocks of one dtype, through NumPy otherwise
-(views, negated views, tensors that require grad); int64 inputs and bool outputs; an output that is the
-input itself or a view of it; every call returns new tensors that later calls do not touch."""
+(views, negated views, tensors that require grad; a ZeroTensor or a wrapper subclass raises as before);
+int64 inputs and bool outputs; an output that is the input itself or a view of it; every call returns new
+tensors that later calls do not touch."""
 
 from __future__ import annotations
+
+from collections.abc import Iterator
 
 import pytest
 import torch
@@ -25,7 +28,7 @@ class _Mixed(torch.nn.Module):
 
 
 @pytest.fixture(scope="module")
-def mixed() -> TilesStrategy:
+def mixed() -> Iterator[TilesStrategy]:
     torch.manual_seed(0)
     x, ids = torch.randn(4, 6), torch.tensor([1, 7, 3])
     strat = TilesStrategy(pathweave.capture(_Mixed().eval(), x, ids), threads=2)
@@ -49,6 +52,7 @@ def test_inputs_of_every_kind_give_eager_results(mixed: TilesStrategy) -> None:
         "negated view": (torch._neg_view(-x), ids),
         "requires grad": (x.clone().requires_grad_(), ids),
         "strided ids": (x, torch.stack([ids, ids], 1)[:, 0]),
+        "storage offset": (torch.cat([torch.zeros(1, 6), x])[1:], ids),  # contiguous, 24 bytes in
     }
     for kind, args in kinds.items():
         got = mixed(*args)
@@ -76,3 +80,15 @@ def test_nan_and_inf_pass_through(mixed: TilesStrategy) -> None:
     got, want = mixed(x, ids), mixed.captured(x, ids)
     for g, w in zip(got, want, strict=True):
         torch.testing.assert_close(g, w, equal_nan=True)
+
+
+def test_tensors_without_data_at_their_pointer_raise(mixed: TilesStrategy) -> None:
+    """A ZeroTensor (autograd's) and a wrapper subclass report data_ptr() 0: they take NumPy's path, which
+    raises, instead of a copy from address 0 (which crashed the process)."""
+    x, ids = _inputs(5)
+    with pytest.raises(RuntimeError):
+        mixed(torch._efficientzerotensor(tuple(x.shape)), ids)
+    two_tensor = pytest.importorskip("torch.testing._internal.two_tensor")
+    with pytest.raises(RuntimeError):
+        mixed(two_tensor.TwoTensor(x.clone(), x.clone()), ids)
+    torch.testing.assert_close(mixed(x, ids)[0], mixed.captured(x, ids)[0])  # and the next call works
