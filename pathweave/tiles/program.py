@@ -19,6 +19,7 @@ import torch.fx
 import torch.utils._pytree as pytree
 
 from pathweave.analysis.ops import op_name
+from pathweave.errors import InputError
 from pathweave.tiles.abi import (
     K_CONV,
     K_DEPTHWISE,
@@ -74,15 +75,27 @@ class TileProgram:
     def load(self, flat: list[torch.Tensor]) -> None:
         """Copy the inputs into their buffers: a contiguous CPU tensor of the buffer's shape and dtype with
         one memmove, anything else through NumPy (a view, a negated or conjugate view, another device)."""
-        for buf, span, x in zip(self.inputs, self._loads, flat, strict=True):
+        for i, (buf, span, x) in enumerate(zip(self.inputs, self._loads, flat, strict=True)):
             # a plain tensor only: a wrapper subclass or a ZeroTensor has no data at data_ptr() (0)
             fast = span is not None and type(x) in _PLAIN and x.device.type == "cpu" and x.dtype == span[2]
             if fast and x.shape == span[1] and x.is_contiguous() and not (x.is_neg() or x.is_conj()):
-                address = x.data_ptr()
+                try:
+                    address = x.data_ptr()
+                except RuntimeError:  # no storage (a tensor inside torch.func's transforms)
+                    address = 0
                 if address or not span[3]:
                     ctypes.memmove(span[0], address, span[3])
                     continue
-            np.copyto(buf, x.detach().cpu().resolve_neg().resolve_conj().numpy(), casting="no")
+            try:
+                np.copyto(buf, x.detach().cpu().resolve_neg().resolve_conj().numpy(), casting="no")
+            except RuntimeError as exc:  # no data to read: a ZeroTensor (zeros), a functional or fake tensor
+                if type(x) in _PLAIN and x._is_zerotensor():
+                    buf.fill(0)
+                    continue
+                raise InputError(
+                    f"input {i} ({type(x).__name__}) has no data the tiles can read ({exc}); pass a plain "
+                    "tensor (torch.func transforms and tensor subclasses are not supported)"
+                ) from exc
 
     def read(self) -> tuple[torch.Tensor, ...]:
         """A new tensor of each graph output (copied from where the last run left it)."""
