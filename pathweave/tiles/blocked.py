@@ -59,6 +59,9 @@ BLOCKED_ACTS = ("none", "relu", "relu6")
 #: whether a layer of any other activation (SiLU, hard swish, GELU, ...) takes the kernel too, its output
 #: kept NCHW and the activation applied after the store (``conv_tile``'s epilogue; False: not, for A/B)
 OTHER_ACTS_NCHW = True
+#: whether such a layer's output (and a depthwise layer's of any activation) may stay blocked too, the
+#: activation applied after the store over the tile's blocks (False: NCHW only, for A/B)
+OTHER_ACTS_BLOCKED = True
 #: whether depthwise layers between blocked values read and write them blocked (``depthwise_capable``;
 #: False: they keep NCHW, for A/B)
 DEPTHWISE_BLOCKED = True
@@ -138,7 +141,8 @@ def depthwise_capable(node: torch.fx.Node, graph: TileGraph, index: int, isa: st
     blocked output: kernels at a level of ``BLOCKED_ISAS``, one input channel per group and one output
     per input channel, a multiple of 8 of them, a constant weight of at most ``WINDOW_TAPS`` taps, the
     same stride both ways, no dilation, numeric padding narrower than the window, an activation of
-    ``BLOCKED_ACTS``, no residual, and channel tiles that split its channels into ranges of 8."""
+    ``BLOCKED_ACTS`` (any, with ``OTHER_ACTS_BLOCKED``), no residual, and channel tiles that split its
+    channels into ranges of 8."""
     operands = _conv_operands(node) if isa in BLOCKED_ISAS else None
     if operands is None:
         return False
@@ -155,7 +159,7 @@ def depthwise_capable(node: torch.fx.Node, graph: TileGraph, index: int, isa: st
         and as_ints(args["dilation"], 2) == [1, 1]
         and pad[0] < w[2]
         and pad[1] < w[3]
-        and (args.get("act") or "none") in BLOCKED_ACTS
+        and ((args.get("act") or "none") in BLOCKED_ACTS or OTHER_ACTS_BLOCKED)
         and args.get("residual") is None
         and channel_ranges(graph, index) is not None
     )
@@ -183,11 +187,11 @@ def channel_ranges(graph: TileGraph, index: int) -> list[tuple[int, int]] | None
 
 def blocked_values(gm: torch.fx.GraphModule, graph: TileGraph, isa: str) -> frozenset[str]:
     """The layers whose outputs the program keeps blocked: each is ``blocked_capable`` with an activation
-    of ``BLOCKED_ACTS``, or ``depthwise_capable`` (``DEPTHWISE_BLOCKED``), and every user of its output
-    is such a layer reading it as its input or residual (never a graph output, a view or another
-    kernel). A depthwise layer reads and writes blocked only: it counts where its input and its output
-    both stay blocked, and the sets are recomputed without the ones that do not until none is dropped
-    (the sets only shrink)."""
+    of ``BLOCKED_ACTS`` (any, with ``OTHER_ACTS_BLOCKED``), or ``depthwise_capable``
+    (``DEPTHWISE_BLOCKED``), and every user of its output is such a layer reading it as its input or
+    residual (never a graph output, a view or another kernel). A depthwise layer reads and writes blocked
+    only: it counts where its input and its output both stay blocked, and the sets are recomputed without
+    the ones that do not until none is dropped (the sets only shrink)."""
     index = {str(name): i for i, name in enumerate(graph.layer_names)}
     nodes = {n.name: n for n in gm.graph.nodes}
     capable = {name for name, i in index.items() if blocked_capable(nodes[name], graph, i, isa)}
@@ -202,7 +206,7 @@ def blocked_values(gm: torch.fx.GraphModule, graph: TileGraph, isa: str) -> froz
         for name in speakers:
             node = nodes[name]
             users = list(node.users)
-            if (bound_args(node).get("act") or "none") not in BLOCKED_ACTS:
+            if (bound_args(node).get("act") or "none") not in BLOCKED_ACTS and not OTHER_ACTS_BLOCKED:
                 continue  # its activation runs after the store, on an NCHW output
             if users and all(u.name in speakers and _reads_as_activation(u, node) for u in users):
                 kept.add(name)

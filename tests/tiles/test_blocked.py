@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 import pathweave
 from pathweave.errors import PlanError
+from pathweave.tiles import blocked as tile_blocked
 from pathweave.tiles import runtime as tile_runtime
 from pathweave.tiles.abi import BLK_IN, BLK_OUT, BLK_RES, S_LAYOUT
 from pathweave.tiles.blocked import BLOCKED_ISAS, WINDOW_ISAS, blocked_values
@@ -178,17 +179,17 @@ def test_expansions_of_any_activation_take_the_kernel(level: str, acts: tuple, o
         layers = [n for n in strat.gm.graph.nodes if n.name in rows and "depthwise" not in _kernel(strat, n)]
         expansions = [n for n in layers if _out_channels(n) == 48]
         assert len(expansions) == len(acts)
-        for node, act in zip(expansions, acts, strict=True):
+        for node in expansions:
             blocked = level in BLOCKED_ISAS
             assert (_kernel(strat, node) == "1x1 blocked") == blocked, node.name
             # the input of each expansion after the first is the last projection's output: blocked where
-            # the kernel is; its output blocked where its activation and the depthwise layer's are ReLU6
-            assert (node.name in kept) == (blocked and act is F.relu6), node.name
+            # the kernel is; its output too, whatever the activation (after the store where it is not a
+            # clamp: OTHER_ACTS_BLOCKED)
+            assert (node.name in kept) == blocked, node.name
             if blocked and node is not expansions[0]:
                 assert int(rows[node.name][S_LAYOUT]) & BLK_IN
         assert names.count("1x1 blocked") == (2 * len(acts) if level in BLOCKED_ISAS else 0)
-        relu6 = sum(a is F.relu6 for a in acts) if level in BLOCKED_ISAS else 0
-        assert names.count("depthwise blocked") == relu6
+        assert names.count("depthwise blocked") == (len(acts) if level in BLOCKED_ISAS else 0)
         _matches_eager(strat, net, shape, outputs_close)
     finally:
         strat.close()
@@ -233,10 +234,18 @@ def test_depthwise_layers_read_and_write_blocks(level: str, case: tuple, outputs
         strat.close()
 
 
-def test_depthwise_layers_kept_blocked_split_rows(level: str, outputs_close) -> None:  # noqa: ANN001
-    """A depthwise layer kept blocked (between ReLU6 1x1 layers) splits rows, every channel in each tile
+@pytest.mark.parametrize("other_acts_blocked", [True, False], ids=["silu_blocked", "silu_nchw"])
+def test_depthwise_layers_kept_blocked_split_rows(
+    level: str,
+    other_acts_blocked: bool,
+    outputs_close,
+    monkeypatch,  # noqa: ANN001
+) -> None:
+    """A depthwise layer kept blocked (between 1x1 layers) splits rows, every channel in each tile
     (``row_split_depthwise``), and its first tile waits for the expansion tiles of its rows only, not for
-    the whole expansion; a depthwise layer on the NCHW kernel (SiLU) splits channels, every row in each."""
+    the whole expansion; a depthwise layer on the NCHW kernel (SiLU without ``OTHER_ACTS_BLOCKED``) splits
+    channels, every row in each."""
+    monkeypatch.setattr(tile_blocked, "OTHER_ACTS_BLOCKED", other_acts_blocked)
     torch.manual_seed(0)
     net = _Inverted(24, 144, (F.relu6, F.silu)).eval()
     shape = (1, 3, 56, 56)
@@ -246,7 +255,8 @@ def test_depthwise_layers_kept_blocked_split_rows(level: str, outputs_close) -> 
         names = [str(n) for n in g.layer_names]
         kinds = dict(zip(names, kernel_names(strat.program.layers), strict=True))
         depthwise = [n for n in names if kinds[n].startswith("depthwise")]
-        assert [kinds[n] for n in depthwise].count("depthwise blocked") == (level in BLOCKED_ISAS)
+        kept = (2 if other_acts_blocked else 1) if level in BLOCKED_ISAS else 0
+        assert [kinds[n] for n in depthwise].count("depthwise blocked") == kept
         for name in depthwise:
             i = names.index(name)
             lo, hi = int(g.layer_tile_start[i]), int(g.layer_tile_start[i + 1])
@@ -268,8 +278,8 @@ def test_depthwise_layers_kept_blocked_split_rows(level: str, outputs_close) -> 
 
 
 def test_depthwise_stays_nchw_where_a_neighbour_does() -> None:
-    """A depthwise layer whose input comes from a 3x3 layer, or whose output goes to a graph output or a
-    SiLU, or of 12 channels, keeps the NCHW kernel, and so do the values around it."""
+    """A depthwise layer whose input comes from a 3x3 layer, or whose output goes to a graph output or an
+    element-wise multiply, or of 12 channels, keeps the NCHW kernel, and so do the values around it."""
 
     class Mixed(torch.nn.Module):
         def __init__(self) -> None:
@@ -280,7 +290,7 @@ def test_depthwise_stays_nchw_where_a_neighbour_does() -> None:
 
         def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
             a = self.p(self.d[0](self.k(x)))  # d[0]'s input: a 3x3 window's (NCHW)
-            b = F.silu(self.d[1](self.p(a)))  # d[1]'s output: read by an element-wise SiLU
+            b = self.d[1](self.p(a)) * a  # d[1]'s output: read by an element-wise multiply
             c = self.d[2](self.p(b))  # d[2]'s output: a graph output
             return c, self.r(self.q(a))  # r: 12 channels
 
@@ -541,8 +551,9 @@ def test_which_windows_take_the_blocked_kernel() -> None:
         ("window folded", lambda: _Stems(3), (1, 3, 13, 11)),
         ("depthwise blocked", lambda: _DepthwiseBetween(40, 5, 2, 2, F.relu6), (2, 16, 13, 9)),
         ("depthwise blocked", lambda: _Inverted(16, 48, (F.relu6, F.relu6)), (1, 3, 9, 7)),
+        ("depthwise blocked", lambda: _Inverted(16, 48, (F.silu, F.hardswish)), (1, 3, 9, 7)),
     ],
-    ids=["1x1", "1x1_16+16", "window", "folded", "depthwise_s2", "inverted"],
+    ids=["1x1", "1x1_16+16", "window", "folded", "depthwise_s2", "inverted", "inverted_silu"],
 )
 def test_a_program_built_at_avx2_runs_at_the_generic_level(
     kernel: str,

@@ -487,7 +487,8 @@ int pw_depthwise_blocked(const int64_t *L, const int32_t *lo, const int32_t *hi)
     const int clamp = clamp_of(act);
     const float *x = in_f(L[S_X]), *wp = in_f(L[S_WPACK]), *bias = in_f(L[S_BIAS]);
     float *out = out_f(L[S_OUT]);
-    if (lo[1] % 8 || hi[1] % 8 || C % 8 || L[S_Y] || (act != PW_ACT_NONE && !clamp)) return 1;
+    const int after = act != PW_ACT_NONE && !clamp; /* SiLU, hard swish, ...: over the stored rows */
+    if (lo[1] % 8 || hi[1] % 8 || C % 8 || L[S_Y]) return 1;
     for (int64_t n = lo[0]; n < hi[0]; n++)
         for (int64_t cb = lo[1] / 8; cb < hi[1] / 8; cb++) {
             const float *xb = x + (n * C + cb * 8) * H * W, *w = wp + cb * taps * 8;
@@ -496,6 +497,7 @@ int pw_depthwise_blocked(const int64_t *L, const int32_t *lo, const int32_t *hi)
 #ifdef PW_B_X86
             if (pw_vec_width() == 8) {
                 depthwise_block_8(xb, H, W, ob, OW, lo[2], hi[2], w, bb, kh, kw, st, ph, pw, clamp);
+                if (after) pw_activate(ob + lo[2] * OW * 8, (hi[2] - lo[2]) * OW * 8, (int)act);
                 continue;
             }
 #endif
@@ -511,6 +513,7 @@ int pw_depthwise_blocked(const int64_t *L, const int32_t *lo, const int32_t *hi)
                             }
                         ob[(oh * OW + ow) * 8 + l] = clamp_s(s, clamp);
                     }
+            if (after) pw_activate(ob + lo[2] * OW * 8, (hi[2] - lo[2]) * OW * 8, (int)act);
         }
     return 0;
 }
