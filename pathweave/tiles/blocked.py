@@ -88,8 +88,8 @@ def _conv_operands(node: torch.fx.Node) -> tuple[dict, tuple[int, ...], tuple[in
 
 def blocked_capable(node: torch.fx.Node, graph: TileGraph, index: int, isa: str) -> bool:
     """A layer ``tile_gemm_b.c`` can run: a 1x1 convolution of stride 1 or 2 without padding of one group, a
-    constant weight, in and out channels multiples of 8, an activation of ``BLOCKED_ACTS`` (any, its output
-    then NCHW, with ``OTHER_ACTS_NCHW``), kernels at a level of ``BLOCKED_ISAS``, and channel tiles that
+    constant weight, in and out channels multiples of 8, an activation of ``BLOCKED_ACTS`` (any, applied
+    after the store, with ``OTHER_ACTS_NCHW``), kernels at a level of ``BLOCKED_ISAS``, and channel tiles that
     split its channels into one set of ranges (its weights are packed per range)."""
     operands = _conv_operands(node) if isa in BLOCKED_ISAS else None
     if operands is None:
@@ -159,7 +159,7 @@ def depthwise_capable(node: torch.fx.Node, graph: TileGraph, index: int, isa: st
         and as_ints(args["dilation"], 2) == [1, 1]
         and pad[0] < w[2]
         and pad[1] < w[3]
-        and ((args.get("act") or "none") in BLOCKED_ACTS or OTHER_ACTS_BLOCKED)
+        and _act_kept_blocked(args)
         and args.get("residual") is None
         and channel_ranges(graph, index) is not None
     )
@@ -206,7 +206,7 @@ def blocked_values(gm: torch.fx.GraphModule, graph: TileGraph, isa: str) -> froz
         for name in speakers:
             node = nodes[name]
             users = list(node.users)
-            if (bound_args(node).get("act") or "none") not in BLOCKED_ACTS and not OTHER_ACTS_BLOCKED:
+            if not _act_kept_blocked(bound_args(node)):
                 continue  # its activation runs after the store, on an NCHW output
             if users and all(u.name in speakers and _reads_as_activation(u, node) for u in users):
                 kept.add(name)
@@ -214,6 +214,12 @@ def blocked_values(gm: torch.fx.GraphModule, graph: TileGraph, isa: str) -> froz
         if not dropped:
             return frozenset(kept)
         depthwise -= dropped
+
+
+def _act_kept_blocked(args: dict) -> bool:
+    """Whether a layer's activation leaves its output blocked: one the store applies (``BLOCKED_ACTS``), or
+    any with ``OTHER_ACTS_BLOCKED``."""
+    return (args.get("act") or "none") in BLOCKED_ACTS or OTHER_ACTS_BLOCKED
 
 
 def row_split_depthwise(gm: torch.fx.GraphModule, graph: TileGraph, isa: str) -> frozenset[str]:

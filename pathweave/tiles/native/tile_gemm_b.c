@@ -33,8 +33,8 @@
 
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
-/* the activations the store applies in registers; any other runs after it (tile_kernels.c's conv_tile), on
- * an NCHW output only (tiles/blocked.py keeps such a layer's output NCHW) */
+/* the activations the store applies in registers; any other runs after it, over the stored values
+ * (tile_kernels.c's conv_tile, pw_depthwise_blocked), in either layout */
 enum { PW_CLAMP_NONE = 0, PW_CLAMP_RELU = 1, PW_CLAMP_RELU6 = 2 };
 
 static inline int clamp_of(int64_t act) {
@@ -495,11 +495,9 @@ int pw_depthwise_blocked(const int64_t *L, const int32_t *lo, const int32_t *hi)
             const float *bb = bias ? bias + cb * 8 : NULL;
             float *ob = out + (n * C + cb * 8) * OH * OW;
 #ifdef PW_B_X86
-            if (pw_vec_width() == 8) {
+            if (pw_vec_width() == 8)
                 depthwise_block_8(xb, H, W, ob, OW, lo[2], hi[2], w, bb, kh, kw, st, ph, pw, clamp);
-                if (after) pw_activate(ob + lo[2] * OW * 8, (hi[2] - lo[2]) * OW * 8, (int)act);
-                continue;
-            }
+            else
 #endif
             for (int64_t oh = lo[2]; oh < hi[2]; oh++) /* any other level: the same sums in C */
                 for (int64_t ow = 0; ow < OW; ow++)

@@ -383,10 +383,8 @@ static int conv_tile(const int64_t *L, const int32_t *lo, const int32_t *hi, flo
         if (!wpack) epilogue(on, rn, bias, lo[1], hi[1], oh0 * OW, oh1 * OW, OH * OW, (int)L[S_ACT]);
         else if (L[S_ACT] != PW_ACT_NONE && L[S_ACT] != PW_ACT_RELU &&
                  !(L[S_WPACK_T] == PW_PACK_BLOCKED && L[S_ACT] == PW_ACT_RELU6)) { /* the rest after the store */
-            if (L[S_LAYOUT] & PW_BLK_OUT) /* blocks of 8 channels: a plane of HW x 8 each */
-                epilogue(on, NULL, NULL, lo[1] / 8, hi[1] / 8, oh0 * OW * 8, oh1 * OW * 8, OH * OW * 8, (int)L[S_ACT]);
-            else
-                epilogue(on, NULL, NULL, lo[1], hi[1], oh0 * OW, oh1 * OW, OH * OW, (int)L[S_ACT]);
+            const int64_t v = L[S_LAYOUT] & PW_BLK_OUT ? 8 : 1; /* blocked: a plane of HW x 8 per 8 channels */
+            epilogue(on, NULL, NULL, lo[1] / v, hi[1] / v, oh0 * OW * v, oh1 * OW * v, OH * OW * v, (int)L[S_ACT]);
         }
     }
     return 0;
