@@ -73,6 +73,7 @@ from pathweave.tiles.abi import (
     S_POINTWISE,
     S_PW,
     S_SCALAR,
+    S_SCALE,
     S_SH,
     S_SW,
     S_W,
@@ -192,10 +193,25 @@ def conv(t: LayerRow) -> int:
     return _conv_scratch(t, x, layout, k=x.shape[1] // int(args["groups"]) * kh * kw)
 
 
+def _scaled(t: LayerRow, w: View, x: View) -> int:
+    """A 1x1 layer whose input a squeeze-excitation gate scales (``fuse_scale``): the blocked kernel, which
+    multiplies the input by the gate as it copies the tile's rows into blocks."""
+    gate = dense_view(t.view(t.args["scale"]), "scale")
+    if gate.shape != (x.shape[0], x.shape[1], 1, 1) or int(t.row[S_SH]) != 1 or int(t.row[S_SW]) != 1:
+        raise NoKernel(f"a gate of shape {gate.shape} for an input of {x.shape}, or a stride other than 1")
+    bits = layout_bits(t.node, t.blocked) if t.blocked else 0
+    if not (bits or blocked_capable(t.node, t.graph, t.index, t.isa)):
+        raise NoKernel("a convolution scaled by a gate runs on the channel-blocked 1x1 kernel only")
+    t.row[S_SCALE] = gate.address
+    return _blocked(t, w, x, bits)
+
+
 def _own_kernel(t: LayerRow, w: View, x: View, layout: str | None) -> int | None:
     """The scratch of a layer bound to a kernel of its own (channel-blocked, Winograd), None for the
     packed micro-kernels. Narrow tiles and padded inputs take the transposed micro-kernel, 3x3 layers
     Winograd's, at every instruction set level (the C picks each kernel's width at run time)."""
+    if t.args.get("scale") is not None:  # fuse_scale's gate: the blocked kernel's only
+        return _scaled(t, w, x)
     # a 1x1 layer on the blocked kernel (tiles/blocked.py): next to channel-blocked activations, or NCHW
     # in and out (its input copied into blocks per tile)
     bits = layout_bits(t.node, t.blocked) if t.blocked else 0
@@ -223,7 +239,7 @@ def _blocked(t: LayerRow, w: View, x: View, bits: int) -> int:
     t.keep.append(packed)
     row = t.row
     row[S_WPACK], row[S_WPACK_T], row[S_LAYOUT] = packed.ctypes.data, PACK_BLOCKED, bits
-    if bits & BLK_IN:
+    if bits & BLK_IN and not row[S_SCALE]:  # read in place; a gate's scaled copy goes to the scratch
         return 0
     return blocked_floats(x.shape[1], t.graph.largest_extent(t.index, 2) * out_shape(t.node)[3])
 
@@ -448,6 +464,8 @@ def adaptive_pool(t: LayerRow) -> int:
         raise NoKernel("only 4-D inputs")
     t.row[S_OP], t.row[S_X] = K_ADAPTIVE, x.address
     t.row[S_XSHAPE : S_XSHAPE + 4] = x.shape
+    if t.blocked and t.args["self"].name in t.blocked:  # a global pool of a blocked value
+        t.row[S_LAYOUT] = BLK_IN
     return 0
 
 

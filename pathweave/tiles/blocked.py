@@ -165,6 +165,18 @@ def depthwise_capable(node: torch.fx.Node, graph: TileGraph, index: int, isa: st
     )
 
 
+def pool_capable(node: torch.fx.Node, isa: str) -> bool:
+    """A global average pool (``adaptive_avg_pool2d`` to 1 x 1 of a 4-D input: a squeeze-excitation's
+    squeeze) at a level of ``BLOCKED_ISAS``: ``tile_kernels.c``'s ``adaptive_tile`` reads a blocked input
+    (its output stays NCHW: one number per channel)."""
+    return (
+        isa in BLOCKED_ISAS
+        and op_name(node) == "adaptive_avg_pool2d"
+        and len(shape(node)) == 4
+        and tuple(shape(node)[2:]) == (1, 1)
+    )
+
+
 def window_folded(in_channels: int) -> bool:
     """Whether a window on the blocked kernel folds its input channels, rows and columns into one sum of
     C kh kw terms (``tile_kernels.c``'s ``conv_folded``), read from an NCHW copy: fewer than ``FOLD_BELOW``
@@ -189,12 +201,14 @@ def blocked_values(gm: torch.fx.GraphModule, graph: TileGraph, isa: str) -> froz
     """The layers whose outputs the program keeps blocked: each is ``blocked_capable`` with an activation
     of ``BLOCKED_ACTS`` (any, with ``OTHER_ACTS_BLOCKED``), or ``depthwise_capable``
     (``DEPTHWISE_BLOCKED``), and every user of its output is such a layer reading it as its input or
-    residual (never a graph output, a view or another kernel). A depthwise layer reads and writes blocked
-    only: it counts where its input and its output both stay blocked, and the sets are recomputed without
-    the ones that do not until none is dropped (the sets only shrink)."""
+    residual, or a ``pool_capable`` global pool (never a graph output, a view or another kernel). A
+    depthwise layer reads and writes blocked only: it counts where its input and its output both stay
+    blocked, and the sets are recomputed without the ones that do not until none is dropped (the sets
+    only shrink)."""
     index = {str(name): i for i, name in enumerate(graph.layer_names)}
     nodes = {n.name: n for n in gm.graph.nodes}
     capable = {name for name, i in index.items() if blocked_capable(nodes[name], graph, i, isa)}
+    pools = {name for name in index if pool_capable(nodes[name], isa)}
     depthwise = (
         {name for name, i in index.items() if depthwise_capable(nodes[name], graph, i, isa)}
         if DEPTHWISE_BLOCKED
@@ -208,7 +222,7 @@ def blocked_values(gm: torch.fx.GraphModule, graph: TileGraph, isa: str) -> froz
             users = list(node.users)
             if not _act_kept_blocked(bound_args(node)):
                 continue  # its activation runs after the store, on an NCHW output
-            if users and all(u.name in speakers and _reads_as_activation(u, node) for u in users):
+            if users and all(_reads_blocked(u, node, speakers, pools) for u in users):
                 kept.add(name)
         dropped = {d for d in depthwise if d not in kept or bound_args(nodes[d])["input"].name not in kept}
         if not dropped:
@@ -261,6 +275,14 @@ def inplace_residuals(gm: torch.fx.GraphModule, graph: TileGraph, isa: str) -> d
             continue  # its input too (or a view of it): other tiles would read what one wrote
         found[i] = index[residual.name]
     return found
+
+
+def _reads_blocked(user: torch.fx.Node, value: torch.fx.Node, speakers: set[str], pools: set[str]) -> bool:
+    """Whether ``user`` can read ``value`` blocked: a layer of ``speakers`` reading it as its input or
+    residual, or a global pool of ``pools`` reading it."""
+    if user.name in pools:
+        return bound_args(user)["self"] is value
+    return user.name in speakers and _reads_as_activation(user, value)
 
 
 def _reads_as_activation(user: torch.fx.Node, value: torch.fx.Node) -> bool:

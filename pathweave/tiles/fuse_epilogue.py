@@ -78,7 +78,10 @@ def _conv2d_act(
     dilation: list[int],
     groups: int,
     act: str,
+    scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
+    if scale is not None:  # ``fuse_scale``: a squeeze-excitation gate multiplying the input's channels
+        input = input * scale
     y = F.conv2d(input, weight, bias, stride, padding, dilation, groups)
     return activate(y if residual is None else y + residual, act)
 
@@ -130,7 +133,8 @@ cat_batch_norm_act.register_fake(_cat_batch_norm_act)
 
 def conv_parts(node: torch.fx.Node) -> dict[str, Any] | None:
     """A conv2d's or conv2d_act's arguments by name (for conv2d: residual None, act "none"; numeric
-    padding only), else None."""
+    padding only), else None; None for a conv2d_act whose input a gate scales (``fuse_scale``), which the
+    passes that rebuild convolutions from these parts leave alone."""
     if node.op != "call_function":
         return None
     if node.target == aten.conv2d.default:
@@ -140,7 +144,8 @@ def conv_parts(node: torch.fx.Node) -> dict[str, Any] | None:
         return {"input": x, "weight": w, "bias": b, "residual": None, "stride": stride, "padding": padding,
                 "dilation": dilation, "groups": groups, "act": "none"}  # fmt: skip
     if node.target == torch.ops.pathweave.conv2d_act.default:
-        return bound_args(node)
+        args = bound_args(node)
+        return args if args.get("scale") is None else None
     return None
 
 

@@ -241,9 +241,14 @@ def conv(node: torch.fx.Node, args: dict[str, Any]) -> list[Source]:
 
 
 def conv_act(node: torch.fx.Node, args: dict[str, Any]) -> list[Source]:
-    """``fuse_epilogue``'s conv2d + residual + activation: the residual is read at the output's positions."""
-    residual = args.get("residual")
-    return conv(node, args) + ([(residual, lambda r: r)] if is_tensor(residual) else [])
+    """``fuse_epilogue``'s conv2d + residual + activation: the residual is read at the output's positions;
+    ``fuse_scale``'s gate ([N, C, 1, 1]) at the output's images, every channel."""
+    residual, scale = args.get("residual"), args.get("scale")
+    out = conv(node, args) + ([(residual, lambda r: r)] if is_tensor(residual) else [])
+    if is_tensor(scale):
+        channels = shape(scale)[1]
+        out.append((scale, lambda r: (r[0], (0, channels), (0, 1), (0, 1))))
+    return out
 
 
 def dw_pw_conv(node: torch.fx.Node, args: dict[str, Any]) -> list[Source]:

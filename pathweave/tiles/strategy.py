@@ -29,6 +29,7 @@ from pathweave.tiles import conv_transpose as tile_conv_transpose
 from pathweave.tiles import fuse_depthwise as tile_fuse_depthwise
 from pathweave.tiles import fuse_epilogue as tile_fuse
 from pathweave.tiles import fuse_matmul as tile_fuse_matmul
+from pathweave.tiles import fuse_scale as tile_fuse_scale
 from pathweave.tiles import sdpa as tile_sdpa
 from pathweave.tiles.abi import OP_LAYER
 from pathweave.tiles.blocked import inplace_residuals, row_split_depthwise
@@ -43,7 +44,7 @@ from pathweave.tiles.runtime import TileRuntime, gemm_isa
 
 #: the rewrites before a graph is cut into tiles (also those of the tile islands, ``tiles.mixed``)
 PASSES = (canonical, fold_sizes, prune, dedupe, tile_conv1d, tile_conv_transpose, fold_bn, tile_sdpa,
-          tile_fuse, tile_commute_pool, tile_fuse_depthwise, tile_fuse_matmul)  # fmt: skip
+          tile_fuse, tile_commute_pool, tile_fuse_depthwise, tile_fuse_scale, tile_fuse_matmul)  # fmt: skip
 #: the tile kernels against PyTorch on the same rewritten graph: float sums in another order
 CHECK_RTOL, CHECK_ATOL = 1e-3, 1e-4
 

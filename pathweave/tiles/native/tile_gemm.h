@@ -112,6 +112,12 @@ void pw_block_input(int64_t K, int64_t P, const float *b, int64_t ldb, float *x)
 void pw_block_input_strided(int64_t K, int64_t P, const float *b, int64_t ldb, int64_t w, int64_t ow, int64_t pos0,
                             int64_t stride, float *x);
 void pw_gemm_blocked(int64_t rows, int64_t P, int64_t K, const float *wp, const pw_blocked_io *io, int act);
+/* a tile's input rows for pw_gemm_blocked scaled by a squeeze-excitation gate: x (pw_blocked_floats(K, P))
+ * = src times s[k] per channel k, src blocked ([K / 8] blocks sx floats apart, P positions of 8 lanes; x
+ * itself allowed: sx = pw_blocked_positions(P) 8), zeros past K and P */
+void pw_block_scale(int64_t K, int64_t P, const float *src, int64_t sx, const float *s, float *x);
+/* the means over HW positions of one block of 8 channels ([HW][8]) into out[8] */
+void pw_blocked_mean(const float *x, int64_t HW, float *out);
 /* a depthwise tile (PW_K_DEPTHWISE with S_LAYOUT's PW_BLK_IN | PW_BLK_OUT) on blocked input and output, channels
  * lo[1] .. hi[1] (multiples of 8), rows lo[2] .. hi[2]; weights [C / 8][kh kw][8]; ReLU or ReLU6 or none;
  * no residual. 1: a layer it does not take */

@@ -398,9 +398,69 @@ PW_VT static void depthwise_block_8(const float *x, int64_t H, int64_t W, float 
         }
     }
 }
+
+/* pw_block_scale's copy, 8 lanes a vector */
+PW_VT static void block_scale_8(int64_t K, int64_t P, const float *src, int64_t sx, const float *s, float *x) {
+    const int64_t P4 = pw_blocked_positions(P);
+    for (int64_t kb = 0; kb < K / 8; kb++) {
+        const __m256 g = _mm256_loadu_ps(s + kb * 8);
+        const float *b = src + kb * sx;
+        float *xb = x + kb * P4 * 8;
+        for (int64_t p = 0; p < P; p++) _mm256_storeu_ps(xb + p * 8, _mm256_mul_ps(_mm256_loadu_ps(b + p * 8), g));
+        for (int64_t p = P; p < P4; p++) _mm256_storeu_ps(xb + p * 8, _mm256_setzero_ps());
+    }
+}
+
+/* pw_blocked_mean's sums, 8 lanes a vector, 4 vectors of partial sums */
+PW_VT static void blocked_mean_8(const float *x, int64_t HW, float *out) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t p = 0;
+    for (; p + 4 <= HW; p += 4) {
+        a0 = _mm256_add_ps(a0, _mm256_loadu_ps(x + p * 8));
+        a1 = _mm256_add_ps(a1, _mm256_loadu_ps(x + p * 8 + 8));
+        a2 = _mm256_add_ps(a2, _mm256_loadu_ps(x + p * 8 + 16));
+        a3 = _mm256_add_ps(a3, _mm256_loadu_ps(x + p * 8 + 24));
+    }
+    for (; p < HW; p++) a0 = _mm256_add_ps(a0, _mm256_loadu_ps(x + p * 8));
+    const __m256 sum = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+    _mm256_storeu_ps(out, _mm256_div_ps(sum, _mm256_set1_ps((float)HW)));
+}
 #endif
 
 int64_t pw_blocked_scratch(int64_t K, int64_t P) { return pw_blocked_floats(K, P); }
+
+void pw_block_scale(int64_t K, int64_t P, const float *src, int64_t sx, const float *s, float *x) {
+#ifdef PW_B_X86
+    if (pw_vec_width() == 8 && K % 8 == 0) {
+        block_scale_8(K, P, src, sx, s, x);
+        return;
+    }
+#endif
+    const int64_t P4 = pw_blocked_positions(P);
+    for (int64_t kb = 0; kb < (K + 7) / 8; kb++) /* any other level: the same products in C */
+        for (int64_t p = 0; p < P4; p++)
+            for (int64_t i = 0; i < 8; i++) {
+                const int64_t k = kb * 8 + i;
+                x[(kb * P4 + p) * 8 + i] = k < K && p < P ? src[kb * sx + p * 8 + i] * s[k] : 0.0f;
+            }
+}
+
+void pw_blocked_mean(const float *x, int64_t HW, float *out) {
+#ifdef PW_B_X86
+    if (pw_vec_width() == 8) {
+        blocked_mean_8(x, HW, out);
+        return;
+    }
+#endif
+    for (int64_t i = 0; i < 8; i++) { /* any other level: 4 partial sums per channel, as the vectors' */
+        float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        int64_t p = 0;
+        for (; p + 4 <= HW; p += 4)
+            for (int q = 0; q < 4; q++) a[q] += x[(p + q) * 8 + i];
+        for (; p < HW; p++) a[0] += x[p * 8 + i];
+        out[i] = ((a[0] + a[1]) + (a[2] + a[3])) / (float)HW;
+    }
+}
 
 void pw_block_input_strided(int64_t K, int64_t P, const float *b, int64_t ldb, int64_t w, int64_t ow, int64_t pos0,
                             int64_t stride, float *x) {

@@ -217,21 +217,27 @@ static void conv_blocked(const int64_t *L, const float *xn, float *scratch, int6
     const int64_t P = (oh1 - oh0) * OW, K8 = (C + 7) / 8 * 8;
     const int lay = (int)L[S_LAYOUT];
     const float *bias = in_f(L[S_BIAS]);
+    /* a squeeze-excitation gate (fuse_scale; stride 1, Python checks): the input's copy scaled by it */
+    const float *gate = L[S_SCALE] ? in_f(L[S_SCALE]) + n * C : NULL;
     pw_blocked_io io = {NULL, 0, 1, XW, OW, oh0 * OW, NULL, 0, bias ? bias + o0 : NULL, NULL, 0, lay, 0, NULL, NULL};
-    if (lay & PW_BLK_IN) {
+    if (lay & PW_BLK_IN && !gate) {
         io.x = st > 1 ? xn : xn + oh0 * OW * 8, io.xs = XHW * 8, io.stride = st;
     } else {
         int64_t *key = (int64_t *)scratch;
         const int64_t want[6] = {(int64_t)(intptr_t)L, stamp, n, 0, oh0, -2 - oh1};
         float *xb = scratch + PW_SCRATCH_HEADER;
+        const int64_t xs = pw_blocked_positions(P) * 8;
         if (memcmp(key, want, sizeof want)) { /* kept for the layer's other channel tiles */
-            if (st > 1)
+            if (lay & PW_BLK_IN)
+                pw_block_scale(C, P, xn + oh0 * OW * 8, XHW * 8, gate, xb);
+            else if (st > 1)
                 pw_block_input_strided(C, P, xn, XHW, XW, OW, oh0 * OW, st, xb);
             else
                 pw_block_input(C, P, xn + oh0 * OW, XHW, xb);
+            if (gate && !(lay & PW_BLK_IN)) pw_block_scale(C, P, xb, xs, gate, xb);
             memcpy(key, want, sizeof want);
         }
-        io.x = xb, io.xs = pw_blocked_positions(P) * 8;
+        io.x = xb, io.xs = xs;
     }
     /* a blocked tensor's channel block o0 / 8 starts at o0 HW, as an NCHW one's channel o0 */
     io.c = on + o0 * HW + oh0 * OW * (lay & PW_BLK_OUT ? 8 : 1), io.cs = lay & PW_BLK_OUT ? HW * 8 : HW;
@@ -650,6 +656,17 @@ PW_HOT_FN(static, int, adaptive_tile, (const int64_t *L, const int32_t *lo, cons
     float *out = out_f(L[S_OUT]);
     const int64_t C = L[S_XSHAPE + 1], H = L[S_XSHAPE + 2], W = L[S_XSHAPE + 3];
     const int64_t OH = L[S_OSHAPE + 2], OW = L[S_OSHAPE + 3];
+    if (L[S_LAYOUT] & PW_BLK_IN) { /* a blocked input ([C / 8][H][W][8]): global pooling only (Python checks) */
+        if (OH != 1 || OW != 1 || C % 8) return 1;
+        for (int64_t n = lo[0]; n < hi[0]; n++)
+            for (int64_t cb = lo[1] / 8; cb * 8 < hi[1]; cb++) {
+                float m[8];
+                pw_blocked_mean(x + (n * C + cb * 8) * H * W, H * W, m);
+                for (int64_t c = cb * 8 > lo[1] ? cb * 8 : lo[1]; c < cb * 8 + 8 && c < hi[1]; c++)
+                    out[n * C + c] = m[c - cb * 8];
+            }
+        return 0;
+    }
     if (OH == 1 && OW == 1) { /* global pooling (squeeze-excitation, classifier heads) */
         for (int64_t n = lo[0]; n < hi[0]; n++)
             for (int64_t c = lo[1]; c < hi[1]; c++) out[n * C + c] = plane_mean(x + (n * C + c) * H * W, H * W);

@@ -127,7 +127,9 @@ enum {
     S_XSHAPE = 16,  /* 4: x shape (conv, pool: N, C, H, W) */
     S_YSTRIDE = 20, /* 4: y strides over the output's index space */
     S_BINOP = 24, S_ALPHA = 25, /* double bits: y is scaled by alpha (add/sub) */
-    S_LAYOUT = 26, /* conv (PW_PACK_BLOCKED): PW_BLK_* bits, which of x, out and the residual are blocked */
+    S_LAYOUT = 26, /* conv (PW_PACK_BLOCKED): PW_BLK_* bits, which of x, out and the residual are blocked;
+                    * K_ADAPTIVE: PW_BLK_IN where x is blocked (global pooling only) */
+    S_SCALE = 27,  /* conv (PW_PACK_BLOCKED, 1x1): 0, or the address of a gate [N][C] multiplying x's channels */
     S_KH = 28, S_KW, S_SH, S_SW, S_PH, S_PW, S_DH, S_DW, S_GROUPS, /* conv and pool windows */
     S_POINTWISE = 37, /* conv: 1x1 stride 1 on the input as it lies, no im2col (decided in Python) */
     S_COUNT_PAD = 38, S_DIVISOR = 39,
