@@ -197,8 +197,10 @@ def _scaled(t: LayerRow, w: View, x: View) -> int:
     """A 1x1 layer whose input a squeeze-excitation gate scales (``fuse_scale``): the blocked kernel, which
     multiplies the input by the gate as it copies the tile's rows into blocks."""
     gate = dense_view(t.view(t.args["scale"]), "scale")
-    if gate.shape != (x.shape[0], x.shape[1], 1, 1) or int(t.row[S_SH]) != 1 or int(t.row[S_SW]) != 1:
-        raise NoKernel(f"a gate of shape {gate.shape} for an input of {x.shape}, or a stride other than 1")
+    if gate.shape != (x.shape[0], x.shape[1], 1, 1):
+        raise NoKernel(f"a gate of shape {gate.shape} for an input of shape {x.shape}")
+    if int(t.row[S_SH]) != 1 or int(t.row[S_SW]) != 1:
+        raise NoKernel("a convolution scaled by a gate must have stride 1")
     bits = layout_bits(t.node, t.blocked) if t.blocked else 0
     if not (bits or blocked_capable(t.node, t.graph, t.index, t.isa)):
         raise NoKernel("a convolution scaled by a gate runs on the channel-blocked 1x1 kernel only")

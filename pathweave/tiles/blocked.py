@@ -87,15 +87,22 @@ def _conv_operands(node: torch.fx.Node) -> tuple[dict, tuple[int, ...], tuple[in
 
 
 def blocked_capable(node: torch.fx.Node, graph: TileGraph, index: int, isa: str) -> bool:
-    """A layer ``tile_gemm_b.c`` can run: a 1x1 convolution of stride 1 or 2 without padding of one group, a
-    constant weight, in and out channels multiples of 8, an activation of ``BLOCKED_ACTS`` (any, applied
-    after the store, with ``OTHER_ACTS_NCHW``), kernels at a level of ``BLOCKED_ISAS``, and channel tiles that
-    split its channels into one set of ranges (its weights are packed per range)."""
+    """A layer ``tile_gemm_b.c`` can run: ``pointwise_blocked``, with channel tiles that split its channels
+    into one set of ranges (its weights are packed per range)."""
+    return pointwise_blocked(node, isa) and channel_ranges(graph, index) is not None
+
+
+def pointwise_blocked(node: torch.fx.Node, isa: str) -> bool:
+    """The rules of ``blocked_capable`` that need no tile graph (``fuse_scale`` asks them before there is
+    one): a 1x1 convolution of stride 1 or 2 without padding of one group, a constant weight, in and out
+    channels multiples of 8, an activation of ``BLOCKED_ACTS`` (any, applied after the store, with
+    ``OTHER_ACTS_NCHW``), a residual of the output's shape, kernels at a level of ``BLOCKED_ISAS``."""
     operands = _conv_operands(node) if isa in BLOCKED_ISAS else None
     if operands is None:
         return False
     args, w, xs = operands
-    plain = (
+    residual = args.get("residual")
+    return (
         len(w) == 4
         and len(xs) == 4
         and tuple(w[2:]) == (1, 1)
@@ -105,11 +112,8 @@ def blocked_capable(node: torch.fx.Node, graph: TileGraph, index: int, isa: str)
         and w[0] % BLOCK == 0
         and w[1] % BLOCK == 0
         and ((args.get("act") or "none") in BLOCKED_ACTS or OTHER_ACTS_NCHW)
+        and (residual is None or tuple(shape(residual)) == tuple(shape(node)))
     )
-    residual = args.get("residual")
-    if not plain or (residual is not None and tuple(shape(residual)) != tuple(shape(node))):
-        return False
-    return channel_ranges(graph, index) is not None
 
 
 def window_capable(node: torch.fx.Node, graph: TileGraph, index: int, isa: str, layout: str | None) -> bool:
@@ -171,7 +175,7 @@ def pool_capable(node: torch.fx.Node, isa: str) -> bool:
     (its output stays NCHW: one number per channel)."""
     return (
         isa in BLOCKED_ISAS
-        and op_name(node) == "adaptive_avg_pool2d"
+        and op_name(node) in ("adaptive_avg_pool2d", "_adaptive_avg_pool2d")
         and len(shape(node)) == 4
         and tuple(shape(node)[2:]) == (1, 1)
     )

@@ -108,9 +108,7 @@ def build_tile_graph(
     large = tiles_per_layer is None and large_gemm_tiles
     grids = []
     for node, count in zip(layers, counts, strict=True):
-        # a fused depthwise + 1x1 layer's tiles span every channel whatever the count asked for
-        whole = (1, shape(node)[1], 1, 1) if op_name(node) == "dw_pw_conv" else None
-        least = _min_piece(node, winograd_min_channels, node.name in row_split) if large else whole
+        least = _min_piece(node, winograd_min_channels, node.name in row_split) if large else _fixed(node)
         grids.append(make_grid(shape(node), count, least, _align(node, winograd_min_channels)))
     starts = np.concatenate([[0], np.cumsum([g.count for g in grids])]).astype(np.int64)
     if starts[-1] >= 2**31:
@@ -123,6 +121,17 @@ def build_tile_graph(
     if parents_indptr[-1] >= 2**31:
         raise InputError(f"{int(parents_indptr[-1])} tile edges do not fit int32; ask for fewer tiles")
     return _assemble(layers, grids, starts, parents_indptr, np.asarray(flat, dtype=np.int32))
+
+
+def _fixed(node: torch.fx.Node) -> tuple[int, ...] | None:
+    """The smallest piece of a layer whatever the tile count asked for: a fused depthwise + 1x1 layer's
+    tiles span every channel; a convolution scaled by a gate (``fuse_scale``) splits its channels on
+    blocks of ``CHANNEL_ALIGN`` only (the blocked kernel's, the only one that takes it)."""
+    if op_name(node) == "dw_pw_conv":
+        return (1, shape(node)[1], 1, 1)
+    if op_name(node) == "conv2d_act" and bound_args(node).get("scale") is not None:
+        return (1, CHANNEL_ALIGN, 1, 1)
+    return None
 
 
 def _inputs(

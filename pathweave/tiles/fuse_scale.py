@@ -7,9 +7,10 @@ as it copies the tile's rows into its scratch (``tile_kernels.c``'s ``conv_block
 pass over the tensor and its layer go, and ``x`` (the depthwise output, read by the gate's pool too) may
 stay channel-blocked (``blocked.blocked_values``).
 
-Only where that kernel runs (``blocked.BLOCKED_ISAS``) and takes the convolution: 1x1, stride 1, no
-padding, one group, a constant weight, in and out channels multiples of 8 (``blocked.blocked_capable``'s
-rules that need no tile graph); the binding refuses a scaled convolution on any other kernel.
+Only where that kernel runs and takes the convolution (``blocked.pointwise_blocked``: 1x1, no padding, one
+group, a constant weight, in and out channels multiples of 8, kernels at a level of ``BLOCKED_ISAS``), of
+stride 1; the tile graph splits its channels on blocks of 8 whatever the tile count (``build``), and the
+binding refuses a scaled convolution on any other kernel.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import torch
 import torch.fx
 
 from pathweave.passes.util import aten, replace_chain, sole_user
-from pathweave.tiles.blocked import BLOCK, BLOCKED_ISAS
+from pathweave.tiles.blocked import pointwise_blocked
 from pathweave.tiles.fuse_epilogue import conv_parts
 from pathweave.tiles.maps import as_ints
 from pathweave.tiles.runtime import gemm_isa
@@ -38,7 +39,8 @@ class FuseScale:
 
 
 def _gate(mul: torch.fx.Node) -> tuple[torch.fx.Node, torch.fx.Node] | None:
-    """(x, s) of ``x * s`` (either order): float32 ``x`` [N, C, H, W] contiguous, ``s`` [N, C, 1, 1]."""
+    """(x, s) of ``x * s`` (either order): float32 ``x`` [N, C, H, W] and ``s`` [N, C, 1, 1], both
+    contiguous (the kernel reads the gate at n C + c)."""
     if mul.target != aten.mul.Tensor or len(mul.args) != 2 or mul.kwargs:
         return None
     a, b = mul.args
@@ -49,47 +51,42 @@ def _gate(mul: torch.fx.Node) -> tuple[torch.fx.Node, torch.fx.Node] | None:
         if not isinstance(xv, torch.Tensor) or not isinstance(sv, torch.Tensor) or xv.dim() != 4:
             continue
         n, c = xv.shape[:2]
-        if xv.dtype == sv.dtype == torch.float32 and xv.is_contiguous() and tuple(sv.shape) == (n, c, 1, 1):
+        dense = xv.is_contiguous() and sv.is_contiguous()
+        if xv.dtype == sv.dtype == torch.float32 and dense and tuple(sv.shape) == (n, c, 1, 1):
             return x, s
     return None
 
 
-def _takes(conv: torch.fx.Node | None, mul: torch.fx.Node) -> bool:
-    """A 1x1 convolution the blocked kernel takes, reading ``mul`` as its input only."""
-    parts = conv_parts(conv) if conv is not None else None
-    if parts is None or parts["input"] is not mul or parts["residual"] is mul:
-        return False
-    w = parts["weight"]
-    wv = w.meta.get("val") if isinstance(w, torch.fx.Node) and w.op == "get_attr" else None
+def _takes(conv: torch.fx.Node, mul: torch.fx.Node) -> bool:
+    """A convolution of stride 1 the blocked kernel takes (``blocked.pointwise_blocked``), reading ``mul`` as
+    its input only."""
+    parts = conv_parts(conv)
     return (
-        isinstance(wv, torch.Tensor)
-        and wv.dim() == 4
-        and tuple(wv.shape[2:]) == (1, 1)
-        and wv.shape[0] % BLOCK == 0
-        and wv.shape[1] % BLOCK == 0
-        and int(parts["groups"]) == 1
+        parts is not None
+        and parts["input"] is mul
+        and parts["residual"] is not mul
         and as_ints(parts["stride"], 2) == [1, 1]
-        and as_ints(parts["padding"], 2) == [0, 0]
-        and as_ints(parts["dilation"], 2) == [1, 1]
+        and pointwise_blocked(conv, gemm_isa())
     )
 
 
 def propose(gm: torch.fx.GraphModule) -> list[FuseScale]:
-    if not FOLD or gemm_isa() not in BLOCKED_ISAS:
+    if not FOLD:
         return []
     found = []
     for node in gm.graph.nodes:
         if node.op != "call_function" or (gate := _gate(node)) is None:
             continue
         conv = sole_user(node)
-        if _takes(conv, node):
-            found.append(FuseScale(node.name, gate[0].name, gate[1].name, conv.name))  # type: ignore[union-attr]
+        if conv is not None and _takes(conv, node):
+            found.append(FuseScale(node.name, gate[0].name, gate[1].name, conv.name))
     return found
 
 
 def apply(gm: torch.fx.GraphModule, matches: list[FuseScale]) -> None:
     nodes = {n.name: n for n in gm.graph.nodes}
     for m in matches:
+        # a convolution fused before may be this one's activation or gate (gated layers in a chain)
         conv, x, s = nodes[m.conv], nodes[m.x], nodes[m.scale]
         p = conv_parts(conv)
         assert p is not None  # proposed from these parts
@@ -100,3 +97,4 @@ def apply(gm: torch.fx.GraphModule, matches: list[FuseScale]) -> None:
                 (*args, int(p["groups"]), p["act"], s),
             )
         replace_chain(gm, fused, (conv, nodes[m.mul]))
+        nodes[m.conv] = fused

@@ -140,6 +140,36 @@ def test_which_values_stay_blocked() -> None:
         strat.close()
 
 
+class _Head(torch.nn.Module):
+    """A classifier head: a 1x1 layer, a global pool, a linear layer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem, self.conv = torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.Conv2d(16, 32, 1)
+        self.fc = torch.nn.Linear(32, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.relu(self.conv(F.relu(self.stem(x))))
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(y, 1), 1))
+
+
+def test_global_pools_read_blocked_values(level: str, outputs_close) -> None:  # noqa: ANN001
+    """A 1x1 layer whose one reader is a global pool keeps its output blocked; the pool reads blocks."""
+    torch.manual_seed(0)
+    net = _Head().eval()
+    shape = (2, 3, 7, 9)
+    strat = TilesStrategy(pathweave.capture(net, torch.randn(shape)), threads=2)
+    try:
+        rows = dict(zip((str(n) for n in strat.graph.layer_names), strat.program.layers, strict=True))
+        (pool,) = [n for n in strat.gm.graph.nodes if "adaptive_avg_pool2d" in str(n.target)]
+        blocked = level in BLOCKED_ISAS
+        assert (pool.args[0].name in blocked_values(strat.gm, strat.graph, level)) == blocked
+        assert int(rows[pool.name][S_LAYOUT]) == (BLK_IN if blocked else 0)
+        _matches_eager(strat, net, shape, outputs_close)
+    finally:
+        strat.close()
+
+
 class _Inverted(torch.nn.Module):
     """MobileNetV2 / EfficientNet inverted residuals: a 1x1 expansion with an activation (ReLU6 applied as
     the kernel stores; SiLU, hard swish after the store), a depthwise 3x3 with the same activation, a 1x1

@@ -6,13 +6,14 @@ pass must leave alone; a program built at AVX2 run at the generic level (the C l
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 import pathweave
+from pathweave.tiles import blocked as tile_blocked
 from pathweave.tiles import fuse_scale
 from pathweave.tiles import runtime as tile_runtime
 from pathweave.tiles.abi import BLK_IN, S_LAYOUT, S_SCALE
@@ -20,6 +21,19 @@ from pathweave.tiles.blocked import BLOCKED_ISAS
 from pathweave.tiles.program import kernel_names
 from pathweave.tiles.strategy import TilesStrategy
 from tests.tiles.test_blocked import _matches_eager
+
+
+@pytest.fixture
+def avx2() -> Iterator[None]:
+    """The AVX2 level forced (the pass folds gates there only), skipped where this CPU lacks it."""
+    if "avx2" not in tile_runtime.runnable_gemm_isas():
+        pytest.skip("this CPU has no AVX2")
+    chosen = tile_runtime.gemm_isa()
+    tile_runtime.use_gemm_isa("avx2")
+    try:
+        yield
+    finally:
+        tile_runtime.use_gemm_isa(chosen)
 
 
 class _SEBlock(torch.nn.Module):
@@ -60,9 +74,9 @@ class _SENet(torch.nn.Module):
         return self.blocks(F.silu(self.stem(x)))
 
 
-#: (channels, expanded channels, kernel, height, width, gate first): one to five blocks of 8 channels in the
-#: gate (its pool's tiles cut through a block of 8 where there are several), maps whose positions are no
-#: multiple of 4, 56 x 56 (the depthwise layers split rows), 5 x 5 windows
+#: (channels, expanded channels, kernel, height, width, gate first): 1 to 18 blocks of 8 channels in the
+#: gate, maps whose positions are no multiple of 4, 56 x 56 (the depthwise layers split rows), 5 x 5
+#: windows
 CASES = [
     (16, 48, 3, 9, 7, False),
     (8, 40, 5, 11, 13, True),
@@ -115,6 +129,10 @@ class _Product(torch.nn.Module):
         s = torch.sigmoid(y.mean((2, 3), keepdim=True))
         if self.kind == "batch":  # one gate for every image
             s = s[:1]
+        if self.kind == "expand":  # the same, expanded to every image: a gate of the shape, not dense
+            s = s[:1].expand(y.shape[0], -1, -1, -1)
+        if self.kind == "slice":  # half the channels of a gate twice as wide: not dense
+            s = torch.cat([s, s], 1)[:, ::2]
         if self.kind == "spatial":  # a gate per position, not per channel
             s = torch.sigmoid(y)
         p = y * s
@@ -122,8 +140,10 @@ class _Product(torch.nn.Module):
         return out + p.sum() if self.kind == "read_twice" else out
 
 
-@pytest.mark.parametrize("kind", ["batch", "spatial", "stride", "window", "channels", "read_twice"])
-def test_products_left_alone(kind: str, outputs_close) -> None:  # noqa: ANN001
+@pytest.mark.parametrize(
+    "kind", ["batch", "expand", "slice", "spatial", "stride", "window", "channels", "read_twice"]
+)
+def test_products_left_alone(avx2: None, kind: str, outputs_close) -> None:  # noqa: ANN001
     torch.manual_seed(0)
     net = _Product(kind).eval()
     shape = (2, 16, 6, 6)
@@ -137,14 +157,42 @@ def test_products_left_alone(kind: str, outputs_close) -> None:  # noqa: ANN001
         strat.close()
 
 
-def test_the_pass_off_keeps_the_multiply(monkeypatch, outputs_close) -> None:  # noqa: ANN001
-    monkeypatch.setattr(fuse_scale, "FOLD", False)
+@pytest.mark.parametrize("switch", [(fuse_scale, "FOLD", False), (tile_blocked, "BLOCKED_ISAS", ())])
+def test_switched_off_the_multiply_stays(avx2: None, switch: tuple, monkeypatch, outputs_close) -> None:  # noqa: ANN001
+    """The pass off, or the blocked kernel off (its A/B switch): the multiplies stay layers of their own."""
+    monkeypatch.setattr(*switch)
     torch.manual_seed(0)
     net = _SENet(16, 48, 3, False).eval()
     shape = (1, 3, 9, 9)
     strat = TilesStrategy(pathweave.capture(net, torch.randn(shape)), threads=2)
     try:
         assert not [r for r in strat.program.layers if int(r[S_SCALE])]
+        assert len([n for n in strat.gm.graph.nodes if n.target == torch.ops.aten.mul.Tensor]) == 3
+        _matches_eager(strat, net, shape, outputs_close)
+    finally:
+        strat.close()
+
+
+def test_tile_counts_asked_for_split_gates_on_blocks(avx2: None, outputs_close) -> None:  # noqa: ANN001
+    """Counts asked for: the scaled layers' channel tiles still start on blocks of 8 (their kernel's), and
+    the pools' tiles cut through blocks of 8 of their blocked input."""
+    torch.manual_seed(0)
+    net = _SENet(16, 48, 3, False).eval()
+    shape = (2, 3, 9, 9)
+    count = lambda node: 7 if node.name.startswith("adaptive_avg_pool2d") else 64  # noqa: E731
+    strat = TilesStrategy(pathweave.capture(net, torch.randn(shape)), threads=2, tiles_per_layer=count)
+    try:
+        g, names = strat.graph, [str(n) for n in strat.graph.layer_names]
+        rows = dict(zip(names, strat.program.layers, strict=True))
+        starts = {}
+        for i, name in enumerate(names):
+            lo, hi = int(g.layer_tile_start[i]), int(g.layer_tile_start[i + 1])
+            starts[name] = {int(g.tile_lo[t, 1]) for t in range(lo, hi)}
+        scaled = [n for n in names if int(rows[n][S_SCALE])]
+        pools = [n for n in names if n.startswith("adaptive_avg_pool2d")]
+        assert len(scaled) == 3 and all(int(rows[n][S_LAYOUT]) & BLK_IN for n in pools)
+        assert all(c % 8 == 0 for n in scaled for c in starts[n]) and len(starts[scaled[0]]) > 1
+        assert any(c % 8 for n in pools for c in starts[n])
         _matches_eager(strat, net, shape, outputs_close)
     finally:
         strat.close()
@@ -152,6 +200,7 @@ def test_the_pass_off_keeps_the_multiply(monkeypatch, outputs_close) -> None:  #
 
 @pytest.mark.parametrize("make", [lambda: _SENet(16, 48, 3, False), lambda: _SENet(8, 16, 5, True)])
 def test_a_gated_program_built_at_avx2_runs_at_the_generic_level(
+    avx2: None,
     make: Callable[[], torch.nn.Module],
     outputs_close,  # noqa: ANN001
 ) -> None:
@@ -159,13 +208,36 @@ def test_a_gated_program_built_at_avx2_runs_at_the_generic_level(
     torch.manual_seed(0)
     net = make().eval()
     shape = (2, 3, 10, 9)
-    chosen = tile_runtime.gemm_isa()
-    tile_runtime.use_gemm_isa("avx2")
+    strat = TilesStrategy(pathweave.capture(net, torch.randn(shape)), threads=2)
     try:
-        strat = TilesStrategy(pathweave.capture(net, torch.randn(shape)), threads=2)
         assert [r for r in strat.program.layers if int(r[S_SCALE])]
         tile_runtime.use_gemm_isa("generic")
         _matches_eager(strat, net, shape, outputs_close)
-        strat.close()
     finally:
-        tile_runtime.use_gemm_isa(chosen)
+        strat.close()
+
+
+class _Chain(torch.nn.Module):
+    """Gated 1x1 layers in a chain: each one's output is the activation the next gate scales."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b, self.c = (torch.nn.Conv2d(16, 16, 1) for _ in range(3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.relu(self.a(x))
+        for conv in (self.b, self.c):
+            y = conv(y * torch.sigmoid(F.adaptive_avg_pool2d(y, 1)))
+        return y
+
+
+def test_gated_layers_in_a_chain(avx2: None, outputs_close) -> None:  # noqa: ANN001
+    torch.manual_seed(0)
+    net = _Chain().eval()
+    shape = (2, 16, 5, 7)
+    strat = TilesStrategy(pathweave.capture(net, torch.randn(shape)), threads=2)
+    try:
+        assert len([r for r in strat.program.layers if int(r[S_SCALE])]) == 2
+        _matches_eager(strat, net, shape, outputs_close)
+    finally:
+        strat.close()

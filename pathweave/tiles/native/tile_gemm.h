@@ -114,7 +114,7 @@ void pw_block_input_strided(int64_t K, int64_t P, const float *b, int64_t ldb, i
 void pw_gemm_blocked(int64_t rows, int64_t P, int64_t K, const float *wp, const pw_blocked_io *io, int act);
 /* a tile's input rows for pw_gemm_blocked scaled by a squeeze-excitation gate: x (pw_blocked_floats(K, P))
  * = src times s[k] per channel k, src blocked ([K / 8] blocks sx floats apart, P positions of 8 lanes; x
- * itself allowed: sx = pw_blocked_positions(P) 8), zeros past K and P */
+ * itself allowed: sx = 8 pw_blocked_positions(P)), zeros past K and P */
 void pw_block_scale(int64_t K, int64_t P, const float *src, int64_t sx, const float *s, float *x);
 /* the means over HW positions of one block of 8 channels ([HW][8]) into out[8] */
 void pw_blocked_mean(const float *x, int64_t HW, float *out);
