@@ -47,6 +47,11 @@ BYTE_WORK = 4
 GEMM_MIN_COLUMNS, GEMM_MIN_ROWS = 128, 64
 #: the fewest positions of a 1x1 convolution's tile (at 128, MobileNetV2's 14x14 projections were one tile)
 POINTWISE_MIN_COLUMNS = 64
+#: a layer norm, softmax or view copy of at least this many elements takes at least 2 tiles, so that both
+#: workers share it: their work per byte is above what ``BYTE_WORK`` counts (MobileViT-XS's transformer
+#: layers ran one tile each, 0.1-0.4 ms with the other worker idle; 2 or 4 tiles each: the model 0.94x,
+#: paired, 2 workers, AVX2 Zen 3)
+SHARED_MIN_ELEMENTS = 32768
 #: convolution channel tiles start on multiples of this (the micro-kernels' panel rows, tile_gemm.h)
 CHANNEL_ALIGN = 8
 #: linear / matmul column pieces start on multiples of this (panels of native/tile_gemm_t.c's
@@ -262,6 +267,8 @@ def _default_count(
         return max(count, fuse_depthwise.MIN_TILES)
     if op_name(node) == "max_pool2d":
         return math.ceil(count * MAX_POOL_TILE_SHARE)
+    if (op.whole or op.view) and math.prod(dims) >= SHARED_MIN_ELEMENTS:
+        return max(count, 2)
     return max(count, DEPTHWISE_MIN_TILES) if is_depthwise(node) else count
 
 

@@ -258,6 +258,31 @@ def test_small_1x1_layers_split_rows_and_gemv_features() -> None:
     assert _pieces(graph, linears[1]) == {(32,)}
 
 
+def test_large_norms_softmaxes_and_copies_take_two_tiles() -> None:
+    """Under the default policy a layer norm, a softmax and a transposing copy of at least
+    SHARED_MIN_ELEMENTS take 2 tiles (their work counted by bytes made them one); smaller ones stay one."""
+    from pathweave.tiles import build
+
+    class Attention(nn.Module):
+        def __init__(self, d: int) -> None:
+            super().__init__()
+            self.norm = nn.LayerNorm(d)
+
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            y = self.norm(x)
+            return torch.softmax(y @ y.transpose(1, 2), -1), y.transpose(1, 2).reshape(1, -1)
+
+    for tokens, d, tiles in ((256, 128, 2), (32, 64, 1)):
+        assert (tokens * d >= build.SHARED_MIN_ELEMENTS) == (tiles == 2)
+        gm = capture(Attention(d).eval(), torch.randn(1, tokens, d)).gm
+        counts = build_tile_graph(gm).tile_counts()
+        norm = [n for n in counts if "layer_norm" in n]
+        soft = [n for n in counts if "softmax" in n]
+        copies = [n for n in counts if n.startswith(("reshape", "view", "transpose"))]
+        assert len(norm) == len(soft) == len(copies) == 1, counts
+        assert counts[norm[0]] == counts[soft[0]] == counts[copies[0]] == tiles, counts
+
+
 def test_make_grid_aligns_inner_boundaries_where_it_can() -> None:
     assert make_grid((1, 512, 1, 1), 6).bounds[1] == (0, 85, 170, 256, 341, 426, 512)
     assert make_grid((1, 512, 1, 1), 6, align=(1, 8, 1, 1)).bounds[1] == (0, 88, 168, 256, 344, 424, 512)
