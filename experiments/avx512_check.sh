@@ -17,7 +17,8 @@ grep -q avx512f /proc/cpuinfo || { echo "no AVX-512 on this CPU: nothing to chec
 out=results/avx512_check
 mkdir -p "$out"
 PATHWEAVE_ISA=avx512 python -m pytest -q tests/tiles 2>&1 | tail -5 | tee "$out/tests.txt"
-for m in resnet50 googlenet inception_v3 densenet121 squeezenet1_0 nasnet_a_mobile mobilenet_v2 efficientnet_b0; do
+for m in resnet50 googlenet inception_v3 densenet121 squeezenet1_0 nasnet_a_mobile mobilenet_v2 efficientnet_b0 \
+    mobilevit_xs bert_base; do
     pathweave bench "$m" --candidates pathweave:tiles,pathweave:sequential,ort:seq,openvino --rounds 20 \
         --quiet --json "$out/$m.json" | tee "$out/$m.txt"
 done
@@ -31,4 +32,6 @@ ab() { python experiments/tiles_ab.py "$@" --rounds 30 2>&1 | tail -3; }
     for m in resnet50 inception_v3; do ab "$m" pathweave.tiles.rows:PACK_ALIGN 0; done
     echo "# 1x1 tiles of >= 64 positions (75b4037): patched = 128, as before"
     for m in mobilenet_v2 resnet50 googlenet; do ab "$m" pathweave.tiles.build:POINTWISE_MIN_COLUMNS 128; done
+    echo "# norms, softmaxes and view copies of >= 32768 elements in >= 2 tiles (e90c5e7): patched = off"
+    for m in mobilevit_xs bert_base; do ab "$m" pathweave.tiles.build:SHARED_MIN_ELEMENTS 1000000000000; done
 } | tee "$out/ab.txt"
