@@ -148,7 +148,15 @@ def _packed(weight: torch.fx.Node, w: View, groups: int, rows: int) -> np.ndarra
 
 
 def conv(t: LayerRow) -> int:
-    """conv2d and ``fuse_epilogue``'s conv2d_act (bias, residual, activation in the store)."""
+    """conv2d and ``fuse_epilogue``'s conv2d_act (bias, residual, activation in the store); a layer whose
+    output ``blocked_values`` keeps blocked must have been bound to a kernel that writes blocks."""
+    scratch = _conv(t)
+    if t.blocked and t.node.name in t.blocked and not int(t.row[S_LAYOUT]) & BLK_OUT:
+        raise NoKernel("its output is to stay channel-blocked, but its kernel writes NCHW")
+    return scratch
+
+
+def _conv(t: LayerRow) -> int:
     node, args, row, view = t.node, t.args, t.row, t.view
     x = dense_view(view(args["input"]), "input")
     w = dense_view(view(args["weight"]), "weight")
@@ -201,11 +209,10 @@ def _scaled(t: LayerRow, w: View, x: View) -> int:
         raise NoKernel(f"a gate of shape {gate.shape} for an input of shape {x.shape}")
     if int(t.row[S_SH]) != 1 or int(t.row[S_SW]) != 1:
         raise NoKernel("a convolution scaled by a gate must have stride 1")
-    bits = layout_bits(t.node, t.blocked) if t.blocked else 0
-    if not (bits or blocked_capable(t.node, t.graph, t.index, t.isa)):
+    if not blocked_capable(t.node, t.graph, t.index, t.isa):
         raise NoKernel("a convolution scaled by a gate runs on the channel-blocked 1x1 kernel only")
     t.row[S_SCALE] = gate.address
-    return _blocked(t, w, x, bits)
+    return _blocked(t, w, x, layout_bits(t.node, t.blocked) if t.blocked else 0)
 
 
 def _own_kernel(t: LayerRow, w: View, x: View, layout: str | None) -> int | None:
@@ -215,10 +222,9 @@ def _own_kernel(t: LayerRow, w: View, x: View, layout: str | None) -> int | None
     if t.args.get("scale") is not None:  # fuse_scale's gate: the blocked kernel's only
         return _scaled(t, w, x)
     # a 1x1 layer on the blocked kernel (tiles/blocked.py): next to channel-blocked activations, or NCHW
-    # in and out (its input copied into blocks per tile)
-    bits = layout_bits(t.node, t.blocked) if t.blocked else 0
-    if bits or blocked_capable(t.node, t.graph, t.index, t.isa):
-        return _blocked(t, w, x, bits)
+    # in and out (its input copied into blocks per tile); a stem that writes blocks is a window (below)
+    if blocked_capable(t.node, t.graph, t.index, t.isa):
+        return _blocked(t, w, x, layout_bits(t.node, t.blocked) if t.blocked else 0)
     if window_capable(t.node, t.graph, t.index, t.isa, layout):
         return _window(t, w, x)
     # fewer output channels than one panel of the transposed micro-kernel (a lowered
@@ -265,7 +271,7 @@ def _window(t: LayerRow, w: View, x: View) -> int:
     row[S_WPACK], row[S_WPACK_T], row[S_LAYOUT] = (
         packed.ctypes.data,
         PACK_BLOCKED,
-        WINDOW_FOLD if folded else 0,
+        (WINDOW_FOLD | (BLK_OUT if t.node.name in t.blocked else 0)) if folded else 0,
     )
     kh, kw, st = (int(row[s]) for s in (S_KH, S_KW, S_SH))
     extent, ow = t.graph.largest_extent(t.index, 2), out_shape(t.node)[3]

@@ -43,7 +43,7 @@ import torch.fx
 
 from pathweave.analysis.ops import op_name
 from pathweave.tiles.abi import BLK_IN, BLK_OUT, BLK_RES, WINDOW_TAPS
-from pathweave.tiles.conv_layout import is_depthwise
+from pathweave.tiles.conv_layout import WINOGRAD_MIN_CHANNELS, conv_layout, is_depthwise
 from pathweave.tiles.graph import TileGraph
 from pathweave.tiles.maps import as_ints, bound_args, shape
 from pathweave.tiles.rows import base_node, is_constant
@@ -68,6 +68,9 @@ DEPTHWISE_BLOCKED = True
 #: whether the depthwise layers kept blocked split rows instead of channels (``row_split_depthwise``;
 #: False: channels, for A/B)
 DEPTHWISE_ROWS = True
+#: whether stems (windows of fewer than 8 input channels, ``stem_capable``) may write blocked outputs
+#: (False: NCHW, for A/B)
+STEMS_BLOCKED = True
 #: channels per block (one AVX2 vector)
 BLOCK = 8
 #: windows of fewer input channels than this fold them with their taps (``window_folded``; 0: none, for A/B)
@@ -181,6 +184,19 @@ def pool_capable(node: torch.fx.Node, isa: str) -> bool:
     )
 
 
+def stem_capable(
+    node: torch.fx.Node, graph: TileGraph, index: int, isa: str, winograd_min_channels: int
+) -> bool:
+    """A window of fewer than 8 input channels on the folded kernel (``window_capable`` and
+    ``window_folded``: a stem, ``conv_folded``), whose output may stay blocked (``STEMS_BLOCKED``); its input
+    is read NCHW. ``winograd_min_channels``: the strategy's, which decides whether the window is
+    Winograd's instead (``conv_layout``)."""
+    operands = _conv_operands(node) if STEMS_BLOCKED else None
+    if operands is None or not window_folded(operands[1][1]):
+        return False
+    return window_capable(node, graph, index, isa, conv_layout(node, winograd_min_channels))
+
+
 def window_folded(in_channels: int) -> bool:
     """Whether a window on the blocked kernel folds its input channels, rows and columns into one sum of
     C kh kw terms (``tile_kernels.c``'s ``conv_folded``), read from an NCHW copy: fewer than ``FOLD_BELOW``
@@ -201,11 +217,14 @@ def channel_ranges(graph: TileGraph, index: int) -> list[tuple[int, int]] | None
     return ranges if ok else None
 
 
-def blocked_values(gm: torch.fx.GraphModule, graph: TileGraph, isa: str) -> frozenset[str]:
+def blocked_values(
+    gm: torch.fx.GraphModule, graph: TileGraph, isa: str, winograd_min_channels: int = WINOGRAD_MIN_CHANNELS
+) -> frozenset[str]:
     """The layers whose outputs the program keeps blocked: each is ``blocked_capable`` with an activation
     of ``BLOCKED_ACTS`` (any, with ``OTHER_ACTS_BLOCKED``), or ``depthwise_capable``
     (``DEPTHWISE_BLOCKED``), and every user of its output is such a layer reading it as its input or
-    residual, or a ``pool_capable`` global pool (never a graph output, a view or another kernel). A
+    residual, or a ``pool_capable`` global pool (never a graph output, a view or another kernel); a
+    ``stem_capable`` window too, which writes blocks but reads NCHW. A
     depthwise layer reads and writes blocked only: it counts where its input and its output both stay
     blocked, and the sets are recomputed without the ones that do not until none is dropped (the sets
     only shrink)."""
@@ -213,15 +232,16 @@ def blocked_values(gm: torch.fx.GraphModule, graph: TileGraph, isa: str) -> froz
     nodes = {n.name: n for n in gm.graph.nodes}
     capable = {name for name, i in index.items() if blocked_capable(nodes[name], graph, i, isa)}
     pools = {name for name in index if pool_capable(nodes[name], isa)}
+    stems = {n for n, i in index.items() if stem_capable(nodes[n], graph, i, isa, winograd_min_channels)}
     depthwise = (
         {name for name, i in index.items() if depthwise_capable(nodes[name], graph, i, isa)}
         if DEPTHWISE_BLOCKED
         else set()
     )
     while True:
-        speakers = capable | depthwise
+        speakers = capable | depthwise  # read and write blocks
         kept = set()
-        for name in speakers:
+        for name in speakers | stems:
             node = nodes[name]
             users = list(node.users)
             if not _act_kept_blocked(bound_args(node)):
@@ -240,7 +260,9 @@ def _act_kept_blocked(args: dict) -> bool:
     return (args.get("act") or "none") in BLOCKED_ACTS or OTHER_ACTS_BLOCKED
 
 
-def row_split_depthwise(gm: torch.fx.GraphModule, graph: TileGraph, isa: str) -> frozenset[str]:
+def row_split_depthwise(
+    gm: torch.fx.GraphModule, graph: TileGraph, isa: str, winograd_min_channels: int = WINOGRAD_MIN_CHANNELS
+) -> frozenset[str]:
     """The depthwise layers of ``blocked_values`` (with ``DEPTHWISE_ROWS``): ``pw_depthwise_blocked`` reads
     a tile's halo rows where they lie in the blocked input (the NCHW kernel copies them, so its tiles split
     channels), so their tiles may split rows (``build_tile_graph``'s ``row_split``). Their channel ranges
@@ -248,10 +270,13 @@ def row_split_depthwise(gm: torch.fx.GraphModule, graph: TileGraph, isa: str) ->
     if not DEPTHWISE_ROWS:
         return frozenset()
     nodes = {n.name: n for n in gm.graph.nodes}
-    return frozenset(name for name in blocked_values(gm, graph, isa) if is_depthwise(nodes[name]))
+    kept = blocked_values(gm, graph, isa, winograd_min_channels)
+    return frozenset(name for name in kept if is_depthwise(nodes[name]))
 
 
-def inplace_residuals(gm: torch.fx.GraphModule, graph: TileGraph, isa: str) -> dict[int, int]:
+def inplace_residuals(
+    gm: torch.fx.GraphModule, graph: TileGraph, isa: str, winograd_min_channels: int = WINOGRAD_MIN_CHANNELS
+) -> dict[int, int]:
     """Proposals for ``memory.plan_buffers``: layer index -> the index of the layer whose buffer it may
     overwrite. A 1x1 layer on this kernel with a residual (a ResNet block's expanding convolution and its
     shortcut) reads each residual element once, in the epilogue of the quad that then stores the output
@@ -261,7 +286,7 @@ def inplace_residuals(gm: torch.fx.GraphModule, graph: TileGraph, isa: str) -> d
     residual's last reader, and the tile order that makes the overwrite safe, are the plan's to check."""
     index = {str(name): i for i, name in enumerate(graph.layer_names)}
     nodes = {n.name: n for n in gm.graph.nodes}
-    kept = blocked_values(gm, graph, isa)
+    kept = blocked_values(gm, graph, isa, winograd_min_channels)
     found: dict[int, int] = {}
     for name, i in index.items():
         node = nodes[name]

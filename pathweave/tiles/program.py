@@ -153,7 +153,7 @@ def build_program(
 
     rows = np.zeros((graph.num_layers, SLOTS), dtype=np.int64)
     isa = gemm_isa()
-    blocked = blocked_values(gm, graph, isa)
+    blocked = blocked_values(gm, graph, isa, winograd_min_channels)
     failed: dict[str, str] = {}
     scratch = 0
     for i, name in enumerate(graph.layer_names):
@@ -262,7 +262,7 @@ def kernel_names(layers: np.ndarray) -> list[str]:
             if kind == "direct" and row[S_POINTWISE]:
                 kind = "1x1"
             elif kind == "1x1 blocked" and row[S_KH] * row[S_KW] > 1:
-                kind = "window folded" if row[S_LAYOUT] == WINDOW_FOLD else "window blocked"
+                kind = "window folded" if int(row[S_LAYOUT]) & WINDOW_FOLD else "window blocked"
             names.append(kind)
         else:  # OpenBLAS, or tile_kernels.c's depthwise loop (windows of more taps than tile_depthwise.c's)
             depthwise = row[S_XSHAPE + 1] == row[S_GROUPS] and not row[S_POINTWISE]  # tile_kernels.c's test

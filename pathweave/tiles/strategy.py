@@ -109,7 +109,10 @@ class TilesStrategy(Strategy):
         self.graph = build_tile_graph(gm, tiles_per_layer, **options)
         # the depthwise layers that stay blocked split rows: built again with them (each tile then spans
         # their channels, which keeps them blocked); a count asked for is taken as it is
-        rows = row_split_depthwise(gm, self.graph, gemm_isa()) if tiles_per_layer is None else frozenset()
+        wmc = self.winograd_min_channels
+        rows = (
+            row_split_depthwise(gm, self.graph, gemm_isa(), wmc) if tiles_per_layer is None else frozenset()
+        )
         if rows:
             self.graph = build_tile_graph(gm, tiles_per_layer, **options, row_split=rows)
         # one arena sized by liveness (None: a buffer per layer); the graph gains the edges that order
@@ -118,7 +121,7 @@ class TilesStrategy(Strategy):
         if buffer_distance is not None:
             keep, slots = output_layers(gm, self.graph), concat_slots(gm, self.graph)
             itemsizes = layer_itemsizes(gm, self.graph)
-            inplace = inplace_residuals(gm, self.graph, gemm_isa()) if self.inplace else {}
+            inplace = inplace_residuals(gm, self.graph, gemm_isa(), wmc) if self.inplace else {}
             self.buffers = plan_buffers(self.graph, keep, buffer_distance, slots, itemsizes, inplace)
             self.graph = self.buffers.graph
         self.program = self.new_program()

@@ -18,7 +18,7 @@ import pathweave
 from pathweave.errors import PlanError
 from pathweave.tiles import blocked as tile_blocked
 from pathweave.tiles import runtime as tile_runtime
-from pathweave.tiles.abi import BLK_IN, BLK_OUT, BLK_RES, S_LAYOUT
+from pathweave.tiles.abi import BLK_IN, BLK_OUT, BLK_RES, S_LAYOUT, WINDOW_FOLD
 from pathweave.tiles.blocked import BLOCKED_ISAS, WINDOW_ISAS, blocked_values
 from pathweave.tiles.program import kernel_names
 from pathweave.tiles.strategy import TilesStrategy
@@ -482,6 +482,63 @@ def test_stems_folded_with_their_taps_match_eager(level: str, c: int, outputs_cl
         strat.close()
 
 
+class _StemThenBlocks(torch.nn.Module):
+    """MobileNetV2's start: a 3x3 stem of ``stride`` (ReLU6, or SiLU after the store) whose readers read
+    blocks (a depthwise layer, and a 1x1 layer with the stem's output as its residual), so the stem writes
+    its output blocked."""
+
+    def __init__(self, c: int, stride: int, act: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, c, 3, stride=stride, padding=1)
+        self.dw = torch.nn.Conv2d(c, c, 3, padding=1, groups=c)
+        self.pw, self.act = torch.nn.Conv2d(c, c, 1), act
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.act(self.stem(x))
+        return self.pw(F.relu6(self.dw(y))) + y
+
+
+@pytest.mark.parametrize(
+    ("c", "stride", "act"), [(16, 2, F.relu6), (40, 1, F.silu)], ids=["c16_s2_relu6", "c40_s1_silu"]
+)
+def test_stems_write_blocks_where_their_readers_read_them(
+    level: str,
+    c: int,
+    stride: int,
+    act: Callable,
+    outputs_close,  # noqa: ANN001
+) -> None:
+    torch.manual_seed(0)
+    net = _StemThenBlocks(c, stride, act).eval()
+    shape = (2, 3, 23, 19)
+    strat = TilesStrategy(pathweave.capture(net, torch.randn(shape)), threads=2)
+    try:
+        names = kernel_names(strat.program.layers)
+        bits = [
+            int(r[S_LAYOUT]) for r, n in zip(strat.program.layers, names, strict=True) if n == "window folded"
+        ]
+        assert bits == ([WINDOW_FOLD | BLK_OUT] if level in WINDOW_ISAS else [])
+        _matches_eager(strat, net, shape, outputs_close)
+    finally:
+        strat.close()
+
+
+def test_a_stem_off_the_window_kernel_writes_nchw(level: str, monkeypatch, outputs_close) -> None:  # noqa: ANN001
+    """The same stem without the window kernel (its A/B switch): another kernel, its output NCHW."""
+    monkeypatch.setattr(tile_blocked, "WINDOW_ISAS", ())
+    torch.manual_seed(0)
+    net = _StemThenBlocks(16, 1, F.relu6).eval()
+    shape = (1, 3, 12, 12)
+    strat = TilesStrategy(pathweave.capture(net, torch.randn(shape)), threads=2)
+    try:
+        stem = next(n for n in strat.gm.graph.nodes if n.op == "call_function" and "conv" in str(n.target))
+        assert "window folded" not in kernel_names(strat.program.layers)
+        assert stem.name not in blocked_values(strat.gm, strat.graph, level)
+        _matches_eager(strat, net, shape, outputs_close)
+    finally:
+        strat.close()
+
+
 #: (input channels, map size, stride): a 3x3 window whose groups of 24 output channels hold more weights than
 #: the kernel's share (PW_SHARE_BYTES, 128 KB: 152 input channels x 9 taps x 24 x 4 bytes), so each quad's
 #: sums run over the input channels in shares and are kept between them: 160 channels in two shares, 328 in
@@ -579,11 +636,12 @@ def test_which_windows_take_the_blocked_kernel() -> None:
         ("1x1 blocked", lambda: _Net(8, 32, 56), (1, 3, 9, 7)),  # groups of 16 + 16
         ("window blocked", lambda: _Windows(16, 24), (1, 16, 9, 11)),
         ("window folded", lambda: _Stems(3), (1, 3, 13, 11)),
+        ("window folded", lambda: _StemThenBlocks(16, 2, F.relu6), (2, 3, 13, 11)),
         ("depthwise blocked", lambda: _DepthwiseBetween(40, 5, 2, 2, F.relu6), (2, 16, 13, 9)),
         ("depthwise blocked", lambda: _Inverted(16, 48, (F.relu6, F.relu6)), (1, 3, 9, 7)),
         ("depthwise blocked", lambda: _Inverted(16, 48, (F.silu, F.hardswish)), (1, 3, 9, 7)),
     ],
-    ids=["1x1", "1x1_16+16", "window", "folded", "depthwise_s2", "inverted", "inverted_silu"],
+    ids=["1x1", "1x1_16+16", "window", "folded", "stem_blocked", "depthwise_s2", "inverted", "inverted_silu"],
 )
 def test_a_program_built_at_avx2_runs_at_the_generic_level(
     kernel: str,

@@ -248,7 +248,8 @@ static void conv_blocked(const int64_t *L, const float *xn, float *scratch, int6
 /* A window of fewer than 8 input channels (PW_WINDOW_FOLD: a stem's 3): blocked, its channels would fill 3
  * of 8 lanes; folded, each position's C kh kw terms run as one sum over a zero-padded NCHW copy of the tile's
  * input rows (as conv_padded's), term k read at koff[k] from the position, the terms past C kh kw at a plane
- * of zeros after the copy (their weights are zero, and 0 x inf would be NaN) */
+ * of zeros after the copy (their weights are zero, and 0 x inf would be NaN); the output NCHW, or blocked
+ * with PW_BLK_OUT */
 static void conv_folded(const int64_t *L, const float *xn, float *scratch, int64_t stamp, int64_t n, int64_t oh0,
                         int64_t oh1, int64_t o0, int64_t o1, float *on, const float *rn) {
     const int64_t C = L[S_XSHAPE + 1], H = L[S_XSHAPE + 2], W = L[S_XSHAPE + 3];
@@ -267,8 +268,10 @@ static void conv_folded(const int64_t *L, const float *xn, float *scratch, int64
         memcpy(key, want, sizeof want);
     }
     const float *bias = in_f(L[S_BIAS]);
-    pw_blocked_io io = {xp, 0, st, Wp, OW, 0, on + o0 * HW + oh0 * OW, HW, bias ? bias + o0 : NULL,
-                        rn ? rn + o0 * HW + oh0 * OW : NULL, HW, 0, 0, NULL, NULL, koff};
+    /* the output blocked where S_LAYOUT says (a stem whose readers read blocks, blocked.stem_capable) */
+    const int blk = (int)(L[S_LAYOUT] & PW_BLK_OUT), v = blk ? 8 : 1;
+    pw_blocked_io io = {xp, 0, st, Wp, OW, 0, on + o0 * HW + oh0 * OW * v, HW * v, bias ? bias + o0 : NULL,
+                        rn ? rn + o0 * HW + oh0 * OW : NULL, HW, blk, 0, NULL, NULL, koff};
     pw_gemm_blocked(o1 - o0, (oh1 - oh0) * OW, K, in_f(L[S_WPACK]) + o0 * K8, &io, (int)L[S_ACT]);
 }
 
@@ -278,7 +281,7 @@ static void conv_folded(const int64_t *L, const float *xn, float *scratch, int64
  * scratch after the copy holds the sums between shares of the input channels (io.part) */
 static void conv_window(const int64_t *L, const float *xn, float *scratch, int64_t stamp, int64_t n, int64_t oh0,
                         int64_t oh1, int64_t o0, int64_t o1, float *on, const float *rn) {
-    if (L[S_LAYOUT] == PW_WINDOW_FOLD) {
+    if (L[S_LAYOUT] & PW_WINDOW_FOLD) {
         conv_folded(L, xn, scratch, stamp, n, oh0, oh1, o0, o1, on, rn);
         return;
     }
