@@ -224,10 +224,9 @@ def blocked_values(
     of ``BLOCKED_ACTS`` (any, with ``OTHER_ACTS_BLOCKED``), or ``depthwise_capable``
     (``DEPTHWISE_BLOCKED``), and every user of its output is such a layer reading it as its input or
     residual, or a ``pool_capable`` global pool (never a graph output, a view or another kernel); a
-    ``stem_capable`` window too, which writes blocks but reads NCHW. A
-    depthwise layer reads and writes blocked only: it counts where its input and its output both stay
-    blocked, and the sets are recomputed without the ones that do not until none is dropped (the sets
-    only shrink)."""
+    ``stem_capable`` window too, which writes blocks but reads NCHW. A depthwise layer reads and writes
+    blocked only: it counts where its input and its output both stay blocked, and the sets are recomputed
+    without the ones that do not until none is dropped (the sets only shrink)."""
     index = {str(name): i for i, name in enumerate(graph.layer_names)}
     nodes = {n.name: n for n in gm.graph.nodes}
     capable = {name for name, i in index.items() if blocked_capable(nodes[name], graph, i, isa)}
