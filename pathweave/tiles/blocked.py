@@ -192,7 +192,8 @@ def stem_capable(
     is read NCHW. ``winograd_min_channels``: the strategy's, which decides whether the window is
     Winograd's instead (``conv_layout``)."""
     operands = _conv_operands(node) if STEMS_BLOCKED else None
-    if operands is None or not window_folded(operands[1][1]):
+    # one input channel of one group counts as depthwise (groups == channels): the binding would take it so
+    if operands is None or not window_folded(operands[1][1]) or is_depthwise(node):
         return False
     return window_capable(node, graph, index, isa, conv_layout(node, winograd_min_channels))
 
