@@ -25,6 +25,20 @@ def level(request: pytest.FixtureRequest) -> Iterator[str]:
         tile_runtime.use_gemm_isa(chosen)
 
 
+@pytest.fixture
+def avx2() -> Iterator[None]:
+    """The AVX2 level forced for the whole test (the channel-blocked kernels run there only), skipped
+    where this CPU lacks it; the level chosen before is restored after."""
+    if "avx2" not in tile_runtime.runnable_gemm_isas():
+        pytest.skip("this CPU has no AVX2")
+    chosen = tile_runtime.gemm_isa()
+    tile_runtime.use_gemm_isa("avx2")
+    try:
+        yield
+    finally:
+        tile_runtime.use_gemm_isa(chosen)
+
+
 class _Branches(torch.nn.Module):
     """Two convolution branches over one input, added: tiles of both can run at once."""
 

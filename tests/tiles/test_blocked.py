@@ -640,7 +640,6 @@ def test_which_windows_take_the_blocked_kernel() -> None:
             strat.close()
 
 
-@pytest.mark.skipif("avx2" not in tile_runtime.runnable_gemm_isas(), reason="this CPU has no AVX2")
 @pytest.mark.parametrize(
     ("kernel", "make", "shape"),
     [
@@ -656,6 +655,7 @@ def test_which_windows_take_the_blocked_kernel() -> None:
     ids=["1x1", "1x1_16+16", "window", "folded", "stem_blocked", "depthwise_s2", "inverted", "inverted_silu"],
 )
 def test_a_program_built_at_avx2_runs_at_the_generic_level(
+    avx2: None,
     kernel: str,
     make: Callable[[], torch.nn.Module],
     shape: tuple,
@@ -665,14 +665,10 @@ def test_a_program_built_at_avx2_runs_at_the_generic_level(
     output channels as the packing's: 24, 16, 8, and the last 32 as 16 + 16; the depthwise one's)."""
     torch.manual_seed(0)
     net = make().eval()
-    x = torch.randn(shape)
-    chosen = tile_runtime.gemm_isa()
-    tile_runtime.use_gemm_isa("avx2")
+    strat = TilesStrategy(pathweave.capture(net, torch.randn(shape)), threads=2)
     try:
-        strat = TilesStrategy(pathweave.capture(net, x), threads=2)
         assert kernel in kernel_names(strat.program.layers)
-        tile_runtime.use_gemm_isa("generic")
+        tile_runtime.use_gemm_isa("generic")  # the fixture restores the level chosen before
         _matches_eager(strat, net, shape, outputs_close)
-        strat.close()
     finally:
-        tile_runtime.use_gemm_isa(chosen)
+        strat.close()

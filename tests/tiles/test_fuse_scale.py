@@ -6,7 +6,7 @@ pass must leave alone; a program built at AVX2 run at the generic level (the C l
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -21,19 +21,6 @@ from pathweave.tiles.blocked import BLOCKED_ISAS
 from pathweave.tiles.program import kernel_names
 from pathweave.tiles.strategy import TilesStrategy
 from tests.tiles.test_blocked import _matches_eager
-
-
-@pytest.fixture
-def avx2() -> Iterator[None]:
-    """The AVX2 level forced (the pass folds gates there only), skipped where this CPU lacks it."""
-    if "avx2" not in tile_runtime.runnable_gemm_isas():
-        pytest.skip("this CPU has no AVX2")
-    chosen = tile_runtime.gemm_isa()
-    tile_runtime.use_gemm_isa("avx2")
-    try:
-        yield
-    finally:
-        tile_runtime.use_gemm_isa(chosen)
 
 
 class _SEBlock(torch.nn.Module):
